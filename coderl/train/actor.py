@@ -1,0 +1,460 @@
+"""The actor: the policy being trained, with packed log-prob recomputation and an AdamW step.
+
+Log-probs use exactly the engine's definition (:func:`coderl.engine.sampler.token_logprobs`:
+``log_softmax(logits / T)`` over the full vocabulary, T = 1 for greedy), always in float32, so the
+trainer scores the distribution the rollout sampled from. A batch is split into micro-batches of at
+most ``micro_batch_tokens`` forwarded tokens; gradients accumulate over them and one optimizer step
+follows. With ``packing`` each micro-batch is one flat token matrix (see :mod:`coderl.train.packing`)
+and only the scored (response) rows reach the vocabulary projection; without it, padded batches go
+through the plain HF forward (the baseline of the packing benchmark).
+
+LoRA uses peft; the reference policy is then the same model with its adapters disabled. With full
+fine-tuning the reference is a frozen copy. With ``dtype=bfloat16`` the forward runs under autocast
+and trainable weights stay float32 (bf16 weights would round away updates of lr ~1e-5); frozen LoRA
+base weights are stored in bf16.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import logging
+import math
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from coderl.checkpoint import load_model, load_tokenizer, resolve_checkpoint, torch_device, torch_dtype
+from coderl.engine.runner import SUPPORTED_MODEL_TYPES
+from coderl.engine.sampler import effective_temperature, token_logprobs
+from coderl.errors import ConfigError, ModelError
+from coderl.train.config import ActorConfig
+from coderl.train.packing import PackedDecoder, check_batch, pack, split_micro_batches
+
+log = logging.getLogger(__name__)
+
+LossFn = Callable[[list[int], list[torch.Tensor], list[torch.Tensor] | None], torch.Tensor]
+"""loss_fn(indices into the batch, logprobs per sequence, entropies per sequence or None) -> scalar,
+already normalised for the whole batch (it is summed over micro-batches by backward)."""
+
+ADAPTER = "default"  # peft's adapter name
+
+
+@dataclass
+class Scored:
+    """Per-token float32 log-probs (and entropies when asked) of one sequence's scored tokens."""
+
+    logprobs: torch.Tensor  # [n]
+    entropy: torch.Tensor | None  # [n]
+
+
+def entropy_from_logits(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """Entropy of ``softmax(logits / T)`` per row, float32: logits ``[M, V]`` -> ``[M]``."""
+    logp = torch.log_softmax(logits.float() / effective_temperature(temperature), dim=-1)  # [M, V]
+    return -(logp.exp() * logp).sum(dim=-1)  # [M]
+
+
+def delta_weight(layer: Any) -> torch.Tensor:
+    """The LoRA update ``scaling * B @ A`` of one peft LoRA layer (shape of its base weight)."""
+    return layer.get_delta_weight(ADAPTER).float()
+
+
+class Actor:
+    """The trainable policy. Construction is cheap; :meth:`setup` loads the model."""
+
+    def __init__(
+        self, cfg: ActorConfig, model_path: Path | None = None, cache_dir: Path | None = None
+    ) -> None:
+        self.cfg = cfg
+        self.model_path = model_path
+        self.cache_dir = cache_dir
+        self._step = 0
+        self._hf: Any = None  # the HF causal LM (LoRA layers injected in place when lora_rank > 0)
+        self._peft: Any = None  # the PeftModel wrapping _hf, or None
+        self._reference: Any = None  # frozen copy (full fine-tuning with reference=True)
+        self._decoder: PackedDecoder | None = None
+        self._ref_decoder: PackedDecoder | None = None
+        self._source: Path | None = None
+        self.device = torch.device("cpu")
+        self.compute_dtype = torch.float32
+        self.optimizer: torch.optim.AdamW | None = None
+        self.scheduler: torch.optim.lr_scheduler.LambdaLR | None = None
+
+    # ------------------------------------------------------------------ set-up
+
+    def setup(self) -> None:
+        """Load the model, wrap LoRA (peft) when lora_rank > 0, build AdamW and the LR schedule."""
+        cfg = self.cfg
+        torch.manual_seed(cfg.seed)
+        self.device = torch_device(cfg.device)
+        self.compute_dtype = torch_dtype(cfg.dtype)
+        self._source = resolve_checkpoint(self.model_path, self.cache_dir)
+        hf = load_model(self._source, torch.float32, self.device)  # float32 master weights
+        if cfg.packing and hf.config.model_type not in SUPPORTED_MODEL_TYPES:
+            raise ModelError(
+                f"packed forward does not support model_type {hf.config.model_type!r}; supported: "
+                f"{', '.join(SUPPORTED_MODEL_TYPES)} (set packing=false to use the plain HF forward)"
+            )
+        if cfg.reference and cfg.lora_rank == 0:
+            reference: Any = copy.deepcopy(hf)
+            self._reference = reference.to(self.compute_dtype).eval().requires_grad_(False)
+            self._ref_decoder = PackedDecoder(self._reference)
+        if cfg.lora_rank > 0:
+            from peft import LoraConfig, get_peft_model
+
+            lora = LoraConfig(
+                r=cfg.lora_rank,
+                lora_alpha=cfg.lora_alpha,
+                lora_dropout=cfg.lora_dropout,
+                target_modules=list(cfg.lora_targets),
+                bias="none",
+            )
+            self._peft = get_peft_model(hf, lora)  # injects LoRA layers into hf in place
+            for p in hf.parameters():
+                if not p.requires_grad:
+                    p.data = p.data.to(self.compute_dtype)
+        if cfg.gradient_checkpointing and not cfg.packing:
+            hf.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        self._hf = hf.eval()
+        self._decoder = PackedDecoder(hf)
+        params = [p for p in hf.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(
+            params, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps, weight_decay=cfg.weight_decay
+        )
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_lambda())
+        log.info(
+            "actor: %s on %s (%s), %d trainable parameters%s",
+            self._source.name,
+            self.device,
+            cfg.dtype,
+            sum(p.numel() for p in params),
+            f", LoRA rank {cfg.lora_rank}" if cfg.lora_rank else "",
+        )
+
+    def _lr_lambda(self) -> Callable[[int], float]:
+        cfg = self.cfg
+
+        def factor(step: int) -> float:  # step = optimizer steps taken so far
+            if step < cfg.warmup_steps:
+                return (step + 1) / cfg.warmup_steps
+            if cfg.lr_schedule == "constant" or cfg.total_steps is None:
+                return 1.0
+            progress = min(1.0, (step - cfg.warmup_steps) / max(1, cfg.total_steps - cfg.warmup_steps))
+            if cfg.lr_schedule == "linear":
+                shape = 1.0 - progress
+            else:
+                shape = 0.5 * (1.0 + math.cos(math.pi * progress))
+            return cfg.min_lr_ratio + (1.0 - cfg.min_lr_ratio) * shape
+
+        return factor
+
+    @property
+    def step(self) -> int:
+        """Optimizer steps taken (the policy version)."""
+        return self._step
+
+    @property
+    def model(self) -> Any:
+        """The HF causal LM being trained (with LoRA layers injected when lora_rank > 0)."""
+        return self._require()
+
+    def trainable_parameters(self) -> list[tuple[str, torch.nn.Parameter]]:
+        """(name, parameter) of every parameter the optimizer updates."""
+        return [(n, p) for n, p in self._require().named_parameters() if p.requires_grad]
+
+    def _require(self) -> Any:
+        if self._hf is None:
+            raise ModelError("the actor is not set up; call actor.setup() first")
+        return self._hf
+
+    # ------------------------------------------------------------------ forward
+
+    def _autocast(self) -> contextlib.AbstractContextManager[Any]:
+        if self.compute_dtype == torch.float32:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.device.type, dtype=self.compute_dtype)
+
+    @contextlib.contextmanager
+    def _policy(self, reference: bool) -> Iterator[tuple[Any, PackedDecoder]]:
+        """The (HF model, packed decoder) to forward: the policy, or the reference policy."""
+        hf = self._require()
+        assert self._decoder is not None
+        if not reference:
+            yield hf, self._decoder
+        elif self._peft is not None:
+            with self._peft.disable_adapter():
+                yield hf, self._decoder
+        elif self._reference is not None:
+            assert self._ref_decoder is not None
+            yield self._reference, self._ref_decoder
+        else:
+            raise ConfigError(
+                "score(reference=True) needs a reference policy; set reference=true in the actor config "
+                "(free with LoRA, a frozen copy of the model with full fine-tuning)"
+            )
+
+    def _forward(
+        self,
+        model: Any,
+        decoder: PackedDecoder,
+        sequences: list[list[int]],
+        starts: list[int],
+        temperature: float,
+        with_entropy: bool,
+    ) -> tuple[list[torch.Tensor], list[torch.Tensor] | None, int]:
+        """Per-sequence float32 logprobs (and entropies) of one micro-batch; grad follows the caller."""
+        batch = pack(sequences, starts, self.device)
+        if batch.scored_rows.numel() == 0:
+            empty = [torch.zeros(0, device=self.device) for _ in sequences]
+            return empty, ([e.clone() for e in empty] if with_entropy else None), batch.num_tokens
+        with self._autocast():
+            if self.cfg.packing:
+                checkpointing = self.cfg.gradient_checkpointing and model is self._hf
+                hidden = decoder.hidden(batch, gradient_checkpointing=checkpointing)  # [M, E]
+                logits = model.lm_head(hidden)  # [M, V]
+                forwarded = batch.num_tokens
+            else:
+                logits, forwarded = self._padded_logits(model, sequences, starts)  # [M, V]
+        logits = logits.float()  # [M, V]
+        logprobs = token_logprobs(logits, batch.targets, temperature)  # [M]
+        entropy = entropy_from_logits(logits, temperature) if with_entropy else None  # [M]
+        lps = list(logprobs.split(batch.counts))
+        ents = list(entropy.split(batch.counts)) if entropy is not None else None
+        return lps, ents, forwarded
+
+    def _padded_logits(
+        self, model: Any, sequences: list[list[int]], starts: list[int]
+    ) -> tuple[torch.Tensor, int]:
+        """Logits of the scored rows via one right-padded plain HF forward; also the tokens computed."""
+        width = max(len(s) - 1 for s in sequences)
+        ids = torch.zeros((len(sequences), width), dtype=torch.long)  # [B, W]
+        mask = torch.zeros((len(sequences), width), dtype=torch.long)  # [B, W]
+        for i, seq in enumerate(sequences):
+            ids[i, : len(seq) - 1] = torch.tensor(seq[:-1], dtype=torch.long)
+            mask[i, : len(seq) - 1] = 1
+        out = model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device), use_cache=False)
+        rows = [
+            out.logits[i, start - 1 : len(seq) - 1]  # [n_i, V]
+            for i, (seq, start) in enumerate(zip(sequences, starts, strict=True))
+        ]
+        return torch.cat(rows, dim=0), len(sequences) * width  # [M, V]
+
+    def _groups(self, sequences: list[list[int]]) -> list[list[int]]:
+        lengths = [len(s) for s in sequences]
+        return split_micro_batches(lengths, self.cfg.micro_batch_tokens, padded=not self.cfg.packing)
+
+    # ------------------------------------------------------------------ public API
+
+    @torch.no_grad()
+    def score(
+        self,
+        sequences: list[list[int]],
+        starts: list[int],
+        temperature: float,
+        *,
+        reference: bool = False,
+        with_entropy: bool = False,
+    ) -> list[Scored]:
+        """Float32 logprobs of ``sequences[i][starts[i]:]``, each given all tokens before it (no grad).
+
+        Tensors are on the actor's device. ``reference=True`` scores with the reference policy.
+        """
+        check_batch(sequences, starts)
+        scored: list[Scored | None] = [None] * len(sequences)
+        with self._policy(reference) as (model, decoder):
+            for group in self._groups(sequences):
+                lps, ents, _ = self._forward(
+                    model,
+                    decoder,
+                    [sequences[i] for i in group],
+                    [starts[i] for i in group],
+                    temperature,
+                    with_entropy,
+                )
+                for j, i in enumerate(group):
+                    scored[i] = Scored(lps[j], ents[j] if ents is not None else None)
+        return [s for s in scored if s is not None]
+
+    def compute_grads(
+        self,
+        sequences: list[list[int]],
+        starts: list[int],
+        temperature: float,
+        loss_fn: LossFn,
+        with_entropy: bool = False,
+    ) -> dict[str, float]:
+        """Forward + backward over micro-batches, accumulating into ``.grad`` (no optimizer step)."""
+        check_batch(sequences, starts)
+        hf = self._require()
+        assert self._decoder is not None
+        groups = self._groups(sequences)
+        loss_total = 0.0
+        tokens = 0
+        hf.train()
+        try:
+            for group in groups:
+                lps, ents, forwarded = self._forward(
+                    hf,
+                    self._decoder,
+                    [sequences[i] for i in group],
+                    [starts[i] for i in group],
+                    temperature,
+                    with_entropy,
+                )
+                loss = loss_fn(group, lps, ents)
+                if loss.requires_grad:
+                    loss.backward()
+                loss_total += float(loss.detach())
+                tokens += forwarded
+        finally:
+            hf.eval()
+        trained = sum(len(s) - st for s, st in zip(sequences, starts, strict=True))
+        return {
+            "loss": loss_total,
+            "tokens": float(tokens),
+            "trained_tokens": float(trained),
+            "micro_batches": float(len(groups)),
+        }
+
+    def train_step(
+        self,
+        sequences: list[list[int]],
+        starts: list[int],
+        temperature: float,
+        loss_fn: LossFn,
+        with_entropy: bool = False,
+    ) -> dict[str, float]:
+        """One optimizer step on the batch: accumulate gradients over micro-batches, clip, step.
+
+        Returns grad_norm, lr (the one this step used), loss, tokens (forwarded, padding included
+        without packing), trained_tokens, tokens_per_s, micro_batches, step_s, skipped (1 when the
+        gradient was not finite and the update was skipped).
+        """
+        self._require()
+        assert self.optimizer is not None and self.scheduler is not None
+        began = time.perf_counter()
+        metrics = self.compute_grads(sequences, starts, temperature, loss_fn, with_entropy)
+        params = [p for group in self.optimizer.param_groups for p in group["params"]]
+        max_norm = self.cfg.grad_clip if self.cfg.grad_clip > 0 else math.inf
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+        lr = float(self.optimizer.param_groups[0]["lr"])
+        finite = math.isfinite(grad_norm)
+        if finite:
+            self.optimizer.step()
+        else:
+            log.warning("step %d: gradient norm is %s; update skipped", self._step, grad_norm)
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self._step += 1
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        elapsed = time.perf_counter() - began
+        metrics.update(
+            grad_norm=grad_norm,
+            lr=lr,
+            step_s=elapsed,
+            tokens_per_s=metrics["tokens"] / max(elapsed, 1e-9),
+            skipped=0.0 if finite else 1.0,
+        )
+        return metrics
+
+    # ------------------------------------------------------------------ weights out
+
+    @torch.no_grad()
+    def state_dict_for_engine(self) -> dict[str, torch.Tensor]:
+        """Full weights named as the HF model's own ``state_dict`` (LoRA merged on the fly, no peft
+        prefixes), for ``engine.update_weights``. Without LoRA the tensors share storage with the
+        live model: copy them before the next train_step if you keep them."""
+        hf = self._require()
+        if self._peft is None:
+            return {name: t.detach() for name, t in hf.state_dict().items()}
+        from peft.tuners.lora import LoraLayer
+
+        state: dict[str, torch.Tensor] = {}
+        for name, tensor in hf.state_dict().items():
+            if ".lora_" in name:
+                continue
+            state[name.replace(".base_layer.", ".")] = tensor.detach()
+        for name, module in hf.named_modules():
+            if isinstance(module, LoraLayer) and ADAPTER in module.lora_A:
+                key = f"{name}.weight"
+                merged = state[key].float() + delta_weight(module)
+                state[key] = merged
+        return state
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def save(self, folder: Path) -> None:
+        """Write model (the adapter with LoRA), optimizer, scheduler, step and RNG states, atomically.
+
+        Layout: ``model/`` (a complete HF checkpoint with tokenizer) or ``adapter/`` (peft format),
+        ``optimizer.pt``, ``state.pt``. Written to a temporary sibling, then renamed into place.
+        """
+        hf = self._require()
+        assert self.optimizer is not None and self.scheduler is not None and self._source is not None
+        folder = Path(folder)
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        tmp = folder.parent / f".{folder.name}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        if self._peft is not None:
+            self._peft.save_pretrained(tmp / "adapter")
+        else:
+            hf.save_pretrained(tmp / "model")
+            load_tokenizer(self._source).save_pretrained(tmp / "model")
+        torch.save(self.optimizer.state_dict(), tmp / "optimizer.pt")
+        rng: dict[str, Any] = {"torch": torch.get_rng_state()}
+        if torch.cuda.is_available():
+            rng["cuda"] = torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else None
+        state = {"step": self._step, "scheduler": self.scheduler.state_dict(), "rng": rng}
+        torch.save(state, tmp / "state.pt")
+        old = folder.parent / f".{folder.name}.old"
+        shutil.rmtree(old, ignore_errors=True)
+        if folder.exists():
+            folder.rename(old)
+        tmp.rename(folder)
+        shutil.rmtree(old, ignore_errors=True)
+
+    def load(self, folder: Path) -> None:
+        """Restore what :meth:`save` wrote (sets the actor up first if needed); resumes bit-for-bit."""
+        if self._hf is None:
+            self.setup()
+        assert self.optimizer is not None and self.scheduler is not None
+        folder = Path(folder)
+        if not (folder / "state.pt").is_file():
+            raise ModelError(
+                f"{str(folder)!r} is not an actor checkpoint (no state.pt); pass a folder save() wrote"
+            )
+        if self._peft is not None:
+            self._load_adapter(folder / "adapter")
+        else:
+            if not (folder / "model").is_dir():
+                raise ModelError(f"{str(folder)!r} has no model/ (saved with LoRA? set lora_rank to match)")
+            from coderl.engine.weights import load_weights
+
+            load_weights(self._hf, folder / "model")
+        self.optimizer.load_state_dict(torch.load(folder / "optimizer.pt", map_location=self.device))
+        state = torch.load(folder / "state.pt", map_location="cpu")
+        self.scheduler.load_state_dict(state["scheduler"])
+        self._step = int(state["step"])
+        torch.set_rng_state(state["rng"]["torch"])
+        if state["rng"].get("cuda") is not None and self.device.type == "cuda":
+            torch.cuda.set_rng_state(state["rng"]["cuda"], self.device)
+
+    def _load_adapter(self, path: Path) -> None:
+        from peft.utils import set_peft_model_state_dict
+        from safetensors.torch import load_file
+
+        file = path / "adapter_model.safetensors"
+        if not file.is_file():
+            raise ModelError(f"no LoRA adapter at {str(file)!r} (saved without LoRA? set lora_rank to match)")
+        weights = load_file(str(file), device=str(self.device))
+        result = set_peft_model_state_dict(self._peft, weights, adapter_name=ADAPTER)
+        unexpected = list(getattr(result, "unexpected_keys", []) or [])
+        if unexpected:
+            raise ModelError(f"adapter at {str(path)!r} does not fit this model: unexpected {unexpected[:5]}")

@@ -1,0 +1,70 @@
+"""Configuration of the trainer's actor (the policy being optimised).
+
+A flat section: the lead mounts it in the root config; the actor receives only this section.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+DEFAULT_LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+class ActorConfig(BaseModel):
+    """The policy model, its optimiser and how batches are forwarded."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, validate_assignment=True)
+
+    lr: float = Field(1e-5, ge=0.0)
+    """Peak learning rate of AdamW (reached after warmup_steps)."""
+    weight_decay: float = Field(0.0, ge=0.0)
+    """AdamW decoupled weight decay."""
+    betas: tuple[float, float] = (0.9, 0.999)
+    """AdamW moment coefficients (beta1, beta2)."""
+    eps: float = Field(1e-8, gt=0.0)
+    """AdamW epsilon added to the denominator."""
+    warmup_steps: int = Field(0, ge=0)
+    """Optimizer steps over which the learning rate rises linearly to lr."""
+    lr_schedule: Literal["constant", "linear", "cosine"] = "constant"
+    """Learning rate after warmup: constant, or a linear / cosine decay to min_lr_ratio * lr at total_steps."""
+    total_steps: int | None = Field(None, ge=1)
+    """Length of the schedule in optimizer steps; required by the linear and cosine schedules."""
+    min_lr_ratio: float = Field(0.0, ge=0.0, le=1.0)
+    """Final learning rate of the linear / cosine decay, as a fraction of lr."""
+    grad_clip: float = Field(1.0, ge=0.0)
+    """Clip the global gradient norm to this value; 0 disables clipping (the norm is still reported)."""
+    micro_batch_tokens: int = Field(4096, ge=1)
+    """Token budget of one micro-batch (gradients accumulate over micro-batches of one step)."""
+    packing: bool = True
+    """Pack sequences into one flat token matrix (no compute on padding); False = padded HF batches."""
+    lora_rank: int = Field(0, ge=0)
+    """LoRA rank; 0 = full fine-tuning."""
+    lora_alpha: int = Field(16, gt=0)
+    """LoRA scaling numerator (the adapter output is scaled by lora_alpha / lora_rank)."""
+    lora_dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    """Dropout on the LoRA input during training."""
+    lora_targets: list[str] = Field(default_factory=lambda: list(DEFAULT_LORA_TARGETS))
+    """Names of the linear modules that get LoRA adapters."""
+    dtype: Literal["float32", "bfloat16"] = "float32"
+    """Compute dtype; with bfloat16, trainable weights stay float32 (master copy) under autocast."""
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    """Device of the actor; auto = cuda when available, else cpu."""
+    reference: bool = False
+    """Keep a reference policy for KL: with LoRA the base with adapters off, else a frozen copy."""
+    gradient_checkpointing: bool = False
+    """Recompute each decoder layer in the backward pass (less memory, about a third more compute)."""
+    seed: int = 0
+    """Seed of the actor's random generators (LoRA initialisation, dropout)."""
+
+    @model_validator(mode="after")
+    def _schedule_has_length(self) -> ActorConfig:
+        if self.lr_schedule != "constant" and self.total_steps is None:
+            raise ValueError(
+                f"lr_schedule={self.lr_schedule!r} needs total_steps (the schedule's length in optimizer "
+                "steps); set total_steps or use lr_schedule=constant"
+            )
+        if self.lora_rank > 0 and not self.lora_targets:
+            raise ValueError("lora_rank > 0 needs at least one module name in lora_targets")
+        return self

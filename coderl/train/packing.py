@@ -1,0 +1,177 @@
+"""Packed (padding-free) forward of a Hugging Face decoder with autograd, and micro-batch splitting.
+
+All tokens of a micro-batch are flattened into one ``[N, hidden]`` matrix, so every projection and
+MLP runs as one matmul over exactly the N real tokens; only attention runs per sequence (causal).
+The model's own modules are called (``attn.q_proj(x)`` and so on), so the numerics match the HF
+forward and peft's LoRA layers, which wrap those modules, work unchanged. Same family support as the
+engine's :class:`coderl.engine.runner.ModelRunner` (llama, mistral without sliding window, qwen2,
+qwen3), whose inference forward this mirrors without the KV cache.
+
+A sequence of L tokens with scoring start s is forwarded as its first L - 1 tokens (the last token
+predicts nothing that is scored); the hidden states at positions s - 1 .. L - 2 predict tokens
+s .. L - 1, and only those rows ever reach the vocabulary projection.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+
+from coderl.errors import ConfigError
+
+
+@dataclass
+class PackedBatch:
+    """One micro-batch, flattened. ``spans[i]`` is sequence i's [start, end) in the flat tokens."""
+
+    input_ids: torch.Tensor  # [N]
+    positions: torch.Tensor  # [N]
+    spans: list[tuple[int, int]]
+    scored_rows: torch.Tensor  # [M]  flat rows whose hidden state predicts a scored token
+    targets: torch.Tensor  # [M]  the scored tokens
+    counts: list[int]  # scored tokens per sequence (sum = M)
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.input_ids.shape[0])
+
+
+def check_batch(sequences: list[list[int]], starts: list[int]) -> None:
+    """Raise ConfigError unless every start is in [1, len(sequence)]."""
+    if len(sequences) != len(starts):
+        raise ConfigError(
+            f"got {len(sequences)} sequences but {len(starts)} starts; pass one start per sequence"
+        )
+    for i, (seq, start) in enumerate(zip(sequences, starts, strict=True)):
+        if not 1 <= start <= len(seq):
+            raise ConfigError(
+                f"sequence {i} has {len(seq)} tokens and start {start}; a start must be in [1, len] "
+                "(the first token has no context to be scored from)"
+            )
+
+
+def pack(sequences: list[list[int]], starts: list[int], device: torch.device) -> PackedBatch:
+    """Flatten sequences (each without its last token) and index the rows that predict scored tokens."""
+    flat: list[int] = []
+    positions: list[int] = []
+    spans: list[tuple[int, int]] = []
+    rows: list[int] = []
+    targets: list[int] = []
+    counts: list[int] = []
+    for seq, start in zip(sequences, starts, strict=True):
+        begin = len(flat)
+        flat.extend(seq[:-1])
+        positions.extend(range(len(seq) - 1))
+        spans.append((begin, len(flat)))
+        rows.extend(range(begin + start - 1, begin + len(seq) - 1))
+        targets.extend(seq[start:])
+        counts.append(len(seq) - start)
+    return PackedBatch(
+        input_ids=torch.tensor(flat, dtype=torch.long, device=device),
+        positions=torch.tensor(positions, dtype=torch.long, device=device),
+        spans=spans,
+        scored_rows=torch.tensor(rows, dtype=torch.long, device=device),
+        targets=torch.tensor(targets, dtype=torch.long, device=device),
+        counts=counts,
+    )
+
+
+def split_micro_batches(lengths: list[int], budget: int, padded: bool = False) -> list[list[int]]:
+    """Group consecutive sequence indices so each group's forwarded tokens fit ``budget``.
+
+    Packed groups count real tokens; padded groups count rows x longest row (what is computed).
+    A sequence longer than the budget gets a group of its own.
+    """
+    groups: list[list[int]] = []
+    current: list[int] = []
+    used = longest = 0
+    for i, length in enumerate(lengths):
+        n = max(length - 1, 0)  # the last token is not forwarded
+        cost = (len(current) + 1) * max(longest, n) if padded else used + n
+        if current and cost > budget:
+            groups.append(current)
+            current, used, longest = [], 0, 0
+        current.append(i)
+        used += n
+        longest = max(longest, n)
+    if current:
+        groups.append(current)
+    return groups
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+class PackedDecoder:
+    """Forward of a transformers Llama-family causal LM over a :class:`PackedBatch`, keeping autograd.
+
+    ``model`` is the plain HF model (``LlamaForCausalLM``), possibly with peft LoRA layers injected.
+    """
+
+    def __init__(self, model: Any) -> None:
+        cfg = model.config
+        inner = model.model
+        self.model = model
+        self.layers = list(inner.layers)
+        self.num_heads = int(cfg.num_attention_heads)
+        self.num_kv_heads = int(cfg.num_key_value_heads)
+        self.head_dim = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads)
+        attn = self.layers[0].self_attn
+        self.scale = float(attn.scaling)
+        self.qk_norm = hasattr(attn, "q_norm")
+
+    def hidden(self, batch: PackedBatch, gradient_checkpointing: bool = False) -> torch.Tensor:
+        """Final-normed hidden states of the scored rows ``[M, E]`` (input of the lm_head)."""
+        inner = self.model.model
+        hidden = inner.embed_tokens(batch.input_ids)  # [N, E]
+        cos, sin = inner.rotary_emb(hidden[None], batch.positions[None])  # [1, N, D] each
+        cos = cos[0, :, None, :]  # [N, 1, D]
+        sin = sin[0, :, None, :]  # [N, 1, D]
+        for layer in self.layers:
+            if gradient_checkpointing and torch.is_grad_enabled():
+                hidden = checkpoint(self._layer, layer, hidden, cos, sin, batch.spans, use_reentrant=False)
+            else:
+                hidden = self._layer(layer, hidden, cos, sin, batch.spans)
+        return inner.norm(hidden[batch.scored_rows])  # [M, E]
+
+    def _layer(
+        self,
+        layer: Any,
+        hidden: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        spans: list[tuple[int, int]],
+    ) -> torch.Tensor:
+        n_tok = hidden.shape[0]
+        H, KVH, D = self.num_heads, self.num_kv_heads, self.head_dim
+        attn = layer.self_attn
+        x = layer.input_layernorm(hidden)  # [N, E]
+        q = attn.q_proj(x).view(n_tok, H, D)  # [N, H, D]
+        k = attn.k_proj(x).view(n_tok, KVH, D)  # [N, KVH, D]
+        v = attn.v_proj(x).view(n_tok, KVH, D)  # [N, KVH, D]
+        if self.qk_norm:
+            q = attn.q_norm(q)
+            k = attn.k_norm(k)
+        q = q * cos + _rotate_half(q) * sin  # [N, H, D]
+        k = k * cos + _rotate_half(k) * sin  # [N, KVH, D]
+        outs = [
+            F.scaled_dot_product_attention(
+                q[start:end].transpose(0, 1),  # [H, n, D]
+                k[start:end].transpose(0, 1),  # [KVH, n, D]
+                v[start:end].transpose(0, 1),  # [KVH, n, D]
+                is_causal=end - start > 1,
+                scale=self.scale,
+                enable_gqa=H != KVH,
+            ).transpose(0, 1)  # [n, H, D]
+            for start, end in spans
+            if end > start
+        ]
+        out = torch.cat(outs, dim=0) if outs else q.new_zeros((0, H, D))  # [N, H, D]
+        hidden = hidden + attn.o_proj(out.reshape(n_tok, H * D))  # [N, E]
+        return hidden + layer.mlp(layer.post_attention_layernorm(hidden))  # [N, E]
