@@ -1,0 +1,72 @@
+"""Configuration of the RL algorithm: which advantage estimator, policy loss and loss aggregation to use.
+
+Flat on purpose (no nested models): every knob is one line under ``algo.`` in the root config. The
+variant names are the keys of the plain dicts in ``coderl.rl`` (``ADVANTAGES``, ``POLICY_LOSSES``,
+``LOSS_AGG``, ``KL_ESTIMATORS``), chosen once here and never by an if/elif ladder inside a loss.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+AdvantageName = Literal["grpo", "drgrpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "gae"]
+PolicyLossName = Literal["ppo_clip", "dual_clip", "gspo", "cispo"]
+LossAggName = Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
+KLName = Literal["k1", "k2", "k3"]
+
+
+class AlgoConfig(BaseModel):
+    """The policy-gradient algorithm: estimator, loss, aggregation, regularisers and DAPO tricks."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, validate_assignment=True)
+
+    advantage: AdvantageName = "grpo"
+    """Advantage estimator: grpo, drgrpo, rloo, reinforce_pp, reinforce_pp_baseline or gae (value head)."""
+    policy_loss: PolicyLossName = "ppo_clip"
+    """Per-token policy loss: ppo_clip (DAPO clip-higher), dual_clip, gspo (sequence ratio) or cispo."""
+    loss_agg: LossAggName = "token-mean"
+    """How the [B, T] loss matrix becomes a scalar; seq-mean-token-sum-norm is Dr.GRPO's constant length."""
+    loss_norm_len: int | None = Field(None, ge=1)
+    """Constant divisor of seq-mean-token-sum-norm (Dr.GRPO's max response length); None = padded length T."""
+    clip_low: float = Field(0.2, ge=0.0)
+    """PPO ratio lower clip: ratio >= 1 - clip_low."""
+    clip_high: float = Field(0.28, ge=0.0)
+    """PPO ratio upper clip: ratio <= 1 + clip_high (DAPO clip-higher uses 0.28)."""
+    dual_clip_c: float = Field(3.0, gt=1.0)
+    """Dual-clip constant c > 1: the loss of a negative-advantage token is at most -c * A (Ye et al. 2020)."""
+    gspo_clip_low: float = Field(3e-4, ge=0.0)
+    """GSPO sequence-ratio lower clip (paper: 3e-4)."""
+    gspo_clip_high: float = Field(4e-4, ge=0.0)
+    """GSPO sequence-ratio upper clip (paper: 4e-4)."""
+    cispo_clip_low: float | None = Field(None, ge=0.0)
+    """CISPO IS-weight lower clip 1 - value; None = no lower bound, as in MiniMax-M1."""
+    cispo_clip_high: float = Field(3.0, ge=0.0)
+    """CISPO IS-weight upper clip 1 + value; MiniMax-M1 tunes only this and prints no value; 3.0 caps at 4."""
+    kl_coef: float = Field(0.0, ge=0.0)
+    """Weight of the KL(policy || reference) penalty; 0 = no reference model needed."""
+    kl_estimator: KLName = "k3"
+    """KL estimator (Schulman 2020): k1 = -log r, k2 = (log r)^2 / 2, k3 = r - 1 - log r."""
+    kl_in_reward: bool = False
+    """Put the KL penalty in the token rewards (REINFORCE++ style) instead of in the loss."""
+    entropy_coef: float = 0.0
+    """Weight of the entropy bonus subtracted from the loss; 0 = off."""
+    tis_cap: float | None = Field(2.0, gt=0.0)
+    """Truncated importance sampling cap on exp(trainer_logp - rollout_logp); None = off."""
+    gamma: float = Field(1.0, ge=0.0, le=1.0)
+    """Discount per trained token (reinforce_pp, gae)."""
+    lam: float = Field(1.0, ge=0.0, le=1.0)
+    """GAE lambda."""
+    norm_adv_by_std: bool = True
+    """grpo: divide the group-centred reward by the group's standard deviation."""
+    whiten_gae: bool = True
+    """gae: normalise the advantages over the batch's trained tokens (zero mean, unit std)."""
+    dynamic_sampling: bool = False
+    """DAPO dynamic sampling: drop groups whose rewards are all equal and refill the batch."""
+    overlong_buffer: int = Field(0, ge=0)
+    """DAPO soft overlong punishment length L_cache in tokens; 0 = off."""
+    overlong_penalty: float = Field(1.0, ge=0.0)
+    """Reward subtracted from a response that reaches the maximum length (linear ramp over the buffer)."""
+    epsilon: float = Field(1e-6, gt=0.0)
+    """Added to standard deviations before dividing."""

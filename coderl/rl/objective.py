@@ -1,0 +1,82 @@
+"""The full training objective of one (micro-)batch: policy loss (+ TIS) + KL penalty - entropy bonus.
+
+loss = agg(tis * L_policy) + kl_coef * agg(KL(pi || pi_ref)) - entropy_coef * agg(H(pi))
+
+where agg is ``aggregate`` with ``cfg.loss_agg`` and the same global normalisers for every term, so
+summing the micro-batch losses of a step gives exactly the full-batch loss. The KL term is in the
+loss unless ``cfg.kl_in_reward``, in which case ``kl_token_rewards`` goes into the advantages instead.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+from torch import Tensor
+
+from coderl.rl.config import AlgoConfig
+from coderl.rl.kl import kl_penalty
+from coderl.rl.losses import POLICY_LOSSES, aggregate, masked_mean, tis_weights
+
+
+def kl_token_rewards(logp: Tensor, ref_logp: Tensor, mask: Tensor, cfg: AlgoConfig) -> Tensor:
+    """-kl_coef * KL_t on trained tokens, detached: the ``token_rewards`` of REINFORCE++-style KL."""
+    return (-cfg.kl_coef * kl_penalty(logp, ref_logp, cfg.kl_estimator) * mask).detach()  # [B, T]
+
+
+def compute_loss(
+    logp: Tensor,
+    old_logp: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    cfg: AlgoConfig,
+    ref_logp: Tensor | None = None,
+    entropy: Tensor | None = None,
+    rollout_logp: Tensor | None = None,
+    num_tokens: float | None = None,
+    num_seqs: float | None = None,
+) -> tuple[Tensor, dict[str, float]]:
+    """Scalar loss to backpropagate, and float metrics of this (micro-)batch.
+
+    logp [B, T] (with grad), old_logp [B, T] (trainer log-probs before the update), advantages [B, T],
+    mask [B, T]; optional ref_logp [B, T] (needed when kl_coef > 0 and not kl_in_reward), entropy [B, T]
+    (with grad, for the bonus), rollout_logp [B, T] (engine log-probs, enables TIS when tis_cap is set).
+    num_tokens / num_seqs: the whole batch's ``count_normalisers`` under gradient accumulation.
+
+    Metrics: loss and pg_loss are this micro-batch's share of the aggregated objective; kl, entropy and
+    the ratio statistics (clip_fraction, approx_kl, ratio_mean, tis_mean, ...) are means over its
+    trained tokens.
+    """
+    agg = partial(
+        aggregate,
+        mask=mask,
+        mode=cfg.loss_agg,
+        num_tokens=num_tokens,
+        num_seqs=num_seqs,
+        max_len=cfg.loss_norm_len,
+    )
+    loss_mat, stats = POLICY_LOSSES[cfg.policy_loss](logp, old_logp, advantages, mask, cfg)  # [B, T]
+    if rollout_logp is not None and cfg.tis_cap is not None:
+        weights = tis_weights(old_logp, rollout_logp, mask, cfg.tis_cap)  # [B, T]
+        loss_mat = loss_mat * weights  # [B, T]
+        stats["tis_mean"] = masked_mean(weights, mask)
+        stats["tis_capped_fraction"] = masked_mean((weights >= cfg.tis_cap).to(mask.dtype), mask)
+    pg_loss = agg(loss_mat)  # []
+    loss = pg_loss  # []
+    stats["pg_loss"] = pg_loss.detach()
+
+    kl_in_loss = cfg.kl_coef > 0 and not cfg.kl_in_reward
+    if kl_in_loss and ref_logp is None:
+        raise ValueError("kl_coef > 0 with kl_in_reward=False needs ref_logp [B, T]; got ref_logp=None")
+    if ref_logp is not None:
+        kl = kl_penalty(logp, ref_logp, cfg.kl_estimator)  # [B, T]
+        stats["kl"] = masked_mean(kl, mask)
+        if kl_in_loss:
+            loss = loss + cfg.kl_coef * agg(kl)  # []
+
+    if entropy is not None:
+        stats["entropy"] = masked_mean(entropy, mask)
+        if cfg.entropy_coef != 0:
+            loss = loss - cfg.entropy_coef * agg(entropy)  # []
+
+    stats["loss"] = loss.detach()
+    return loss, {name: float(value) for name, value in stats.items()}
