@@ -16,7 +16,7 @@ Handler = Callable[[argparse.Namespace], int]
 NOT_BUILT = {
     "train": ("the RL training loop", 6),
 }
-NOT_BUILT_SERVE = {"proxy": ("the recording proxy", 5)}
+NOT_BUILT_SERVE: dict[str, tuple[str, int]] = {}
 NOT_BUILT_BENCH = {
     "proxy": ("proxy benchmarks", 5),
     "train": ("trainer benchmarks", 6),
@@ -87,6 +87,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = engine.add_parser("serve", help="serve the embedded engine over HTTP (vLLM/SGLang-compatible subset)")
     _config_args(p)
     p.set_defaults(func=_lazy("coderl.cli.serve", "run_engine_serve"))
+    proxy = sub.add_parser("proxy", help="the recording proxy").add_subparsers(dest="proxy_cmd", metavar="CMD")
+    p = proxy.add_parser(
+        "serve", help="OpenAI / Anthropic endpoints per session that record every call in token space"
+    )
+    _config_args(p)
+    p.set_defaults(func=_lazy("coderl.cli.proxy_cmd", "run_proxy_serve"))
     for name, (what, issue) in NOT_BUILT_SERVE.items():
         grp = sub.add_parser(name, help=f"{what} [not built yet: issue #{issue}]").add_subparsers(
             metavar="CMD"

@@ -12,6 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from coderl.proxy.config import ProxyConfig
 from coderl.sandbox.base import SandboxSpec
 
 
@@ -133,3 +134,4 @@ class Config(Section):
     sandbox: SandboxSpec = SandboxSpec()
     tasks: TasksConfig = TasksConfig()
     rollout: RolloutConfig = RolloutConfig()
+    proxy: ProxyConfig = ProxyConfig()

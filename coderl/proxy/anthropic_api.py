@@ -1,0 +1,258 @@
+"""Anthropic dialect: Messages (``POST /s/{session_id}/v1/messages``), streaming events included.
+
+Anthropic conversations are turned into the OpenAI-style messages the chat layer renders: ``system``
+becomes the first message, ``tool_use`` blocks become assistant tool calls, ``tool_result`` blocks
+become tool messages (before any text of the same user turn). So both dialects share the prompt
+rendering, the mapping to sampled ids and the record.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any, Literal
+
+from fastapi import APIRouter, Header, Request
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from coderl.engine.params import SamplingParams
+from coderl.errors import ChatError
+from coderl.proxy.errors import ApiError
+from coderl.proxy.openai_api import SEED_MOD, call_headers
+from coderl.proxy.render import Message, message_text
+from coderl.proxy.service import CallRequest, ProxyService, request_key
+from coderl.proxy.sse import sse, sse_response, text_pieces
+from coderl.proxy.store import CallRow
+
+
+class Lenient(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class Block(Lenient):
+    type: str
+    text: str | None = None
+    id: str | None = None
+    name: str | None = None
+    input: dict[str, Any] | None = None
+    tool_use_id: str | None = None
+    content: str | list[dict[str, Any]] | None = None
+    is_error: bool | None = None
+
+
+class AnthropicMessage(Lenient):
+    role: Literal["user", "assistant"]
+    content: str | list[Block]
+
+
+class AnthropicTool(Lenient):
+    name: str = Field(min_length=1)
+    description: str | None = None
+    input_schema: dict[str, Any] = {}
+
+
+class MessagesRequest(Lenient):
+    model: str = ""
+    messages: list[AnthropicMessage] = Field(min_length=1)
+    max_tokens: int | None = Field(None, ge=1)
+    system: str | list[Block] | None = None
+    tools: list[AnthropicTool] | None = None
+    tool_choice: dict[str, Any] | None = None
+    stop_sequences: list[str] | None = None
+    temperature: float | None = Field(None, ge=0.0, le=2.0)
+    top_p: float | None = Field(None, gt=0.0, le=1.0)
+    top_k: int | None = Field(None, ge=0)
+    stream: bool | None = False
+
+
+def _block_text(block: Block) -> str:
+    if block.type != "text" or block.text is None:
+        raise ChatError(f"expected a text block with 'text', got a {block.type!r} block")
+    return block.text
+
+
+def to_openai_messages(body: MessagesRequest) -> list[Message]:
+    """Anthropic system + messages -> OpenAI-style messages (text, tool calls, tool results)."""
+    out: list[Message] = []
+    if body.system:
+        text = body.system if isinstance(body.system, str) else "".join(_block_text(b) for b in body.system)
+        out.append({"role": "system", "content": text})
+    for msg in body.messages:
+        if isinstance(msg.content, str):
+            out.append({"role": msg.role, "content": msg.content})
+            continue
+        texts: list[str] = []
+        calls: list[dict[str, Any]] = []
+        for block in msg.content:
+            if block.type == "text":
+                texts.append(block.text or "")
+            elif block.type == "tool_use" and msg.role == "assistant":
+                if not block.name:
+                    raise ChatError("a tool_use block needs a 'name'")
+                args = json.dumps(block.input or {}, ensure_ascii=False)
+                calls.append(
+                    {
+                        "id": block.id or "",
+                        "type": "function",
+                        "function": {"name": block.name, "arguments": args},
+                    }
+                )
+            elif block.type == "tool_result" and msg.role == "user":
+                result = message_text(block.content)
+                if block.is_error:
+                    result = f"Error: {result}"
+                out.append({"role": "tool", "tool_call_id": block.tool_use_id or "", "content": result})
+            elif block.type in ("thinking", "redacted_thinking"):
+                continue
+            else:
+                raise ChatError(f"unsupported content block {block.type!r} in a {msg.role} message")
+        if msg.role == "assistant":
+            entry: Message = {"role": "assistant", "content": "".join(texts)}
+            if calls:
+                entry["tool_calls"] = calls
+            out.append(entry)
+        elif texts:
+            out.append({"role": "user", "content": "".join(texts)})
+    return out
+
+
+def openai_tools(tools: list[AnthropicTool] | None) -> list[dict[str, Any]] | None:
+    if not tools:
+        return None
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": t.name,
+                **({"description": t.description} if t.description else {}),
+                "parameters": t.input_schema,
+            },
+        }
+        for t in tools
+    ]
+
+
+def stop_reason(row: CallRow) -> str:
+    r = row.result
+    if r["tool_calls"]:
+        return "tool_use"
+    if r["finish"] == "length":
+        return "max_tokens"
+    return "stop_sequence" if r.get("stop_sequence") else "end_turn"
+
+
+def content_blocks(row: CallRow) -> list[dict[str, Any]]:
+    r = row.result
+    blocks: list[dict[str, Any]] = []
+    if r["content"] or not r["tool_calls"]:
+        blocks.append({"type": "text", "text": r["content"]})
+    for call in r["tool_calls"]:
+        fn = call["function"]
+        blocks.append(
+            {"type": "tool_use", "id": call["id"], "name": fn["name"], "input": json.loads(fn["arguments"])}
+        )
+    return blocks
+
+
+def message_body(row: CallRow) -> dict[str, Any]:
+    r = row.result
+    return {
+        "id": f"msg_{r['id']}",
+        "type": "message",
+        "role": "assistant",
+        "model": r["model"],
+        "content": content_blocks(row),
+        "stop_reason": stop_reason(row),
+        "stop_sequence": r.get("stop_sequence"),
+        "usage": {
+            "input_tokens": r["prompt_tokens"],
+            "output_tokens": r["completion_tokens"],
+            "cache_read_input_tokens": r.get("cached_tokens", 0),
+            "cache_creation_input_tokens": 0,
+        },
+    }
+
+
+def message_events(row: CallRow) -> Iterator[bytes]:
+    body = message_body(row)
+    start = {**body, "content": [], "stop_reason": None, "stop_sequence": None}
+    start["usage"] = {**body["usage"], "output_tokens": 0}
+    yield sse({"type": "message_start", "message": start}, "message_start")
+    for index, block in enumerate(body["content"]):
+        if block["type"] == "text":
+            opened: dict[str, Any] = {"type": "text", "text": ""}
+            deltas = [{"type": "text_delta", "text": p} for p in text_pieces(block["text"])]
+        else:
+            opened = {**block, "input": {}}
+            deltas = [
+                {"type": "input_json_delta", "partial_json": json.dumps(block["input"], ensure_ascii=False)}
+            ]
+        yield sse(
+            {"type": "content_block_start", "index": index, "content_block": opened}, "content_block_start"
+        )
+        for delta in deltas:
+            yield sse({"type": "content_block_delta", "index": index, "delta": delta}, "content_block_delta")
+        yield sse({"type": "content_block_stop", "index": index}, "content_block_stop")
+    delta = {"stop_reason": body["stop_reason"], "stop_sequence": body["stop_sequence"]}
+    usage = {"output_tokens": body["usage"]["output_tokens"]}
+    yield sse({"type": "message_delta", "delta": delta, "usage": usage}, "message_delta")
+    yield sse({"type": "message_stop"}, "message_stop")
+
+
+def anthropic_router(service: ProxyService) -> APIRouter:
+    router = APIRouter(prefix="/s/{session_id}/v1", tags=["anthropic"])
+    cfg = service.cfg
+
+    def convert(body: MessagesRequest) -> tuple[list[Message], list[dict[str, Any]] | None]:
+        try:
+            return to_openai_messages(body), openai_tools(body.tools)
+        except ChatError as exc:
+            raise ApiError(400, str(exc), param="messages") from None
+
+    @router.post("/messages", response_model=None)
+    async def messages(
+        session_id: str,
+        body: MessagesRequest,
+        request: Request,
+        idempotency_key: str | None = Header(None),
+    ) -> Response:
+        session = service.agent_session(request, session_id)
+        msgs, tools = convert(body)
+        raw = await request.body()
+        params = SamplingParams(
+            max_tokens=body.max_tokens or cfg.default_max_tokens,
+            temperature=1.0 if body.temperature is None else body.temperature,
+            top_p=1.0 if body.top_p is None else body.top_p,
+            top_k=body.top_k or 0,
+            seed=None
+            if body.model_extra is None or not isinstance(body.model_extra.get("seed"), int)
+            else body.model_extra["seed"] % SEED_MOD,
+        )
+        req = CallRequest(
+            api="messages",
+            params=params,
+            body=raw.decode("utf-8", "replace"),
+            request_key=request_key("messages", raw, idempotency_key),
+            messages=msgs,
+            tools=tools,
+            parse_tools=bool(tools) and (body.tool_choice or {}).get("type") != "none",
+            stop=[s for s in body.stop_sequences or [] if s],
+            id_prefix="toolu",
+        )
+        row, replayed = await service.call(session, req)
+        headers = call_headers(row, replayed)
+        if body.stream:
+            return sse_response(message_events(row), headers)
+        return JSONResponse(message_body(row), headers=headers)
+
+    @router.post("/messages/count_tokens")
+    async def count_tokens(session_id: str, body: MessagesRequest, request: Request) -> dict[str, int]:
+        service.agent_session(request, session_id)
+        msgs, tools = convert(body)
+        try:
+            return {"input_tokens": len(service.chat.render(msgs, tools))}
+        except ChatError as exc:
+            raise ApiError(400, str(exc), param="messages") from None
+
+    return router

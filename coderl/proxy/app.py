@@ -1,0 +1,152 @@
+"""``create_app``: the recording proxy as a FastAPI app (no module-level state).
+
+Routes:
+  POST   /sessions                          admin: new session -> id, secret, base URLs
+  GET    /sessions/{id}                     admin: calls, trajectories, splits, stats
+  POST   /sessions/{id}/complete            admin: no more calls
+  DELETE /sessions/{id}                     admin: forget the session and its record
+  GET    /health                            no auth
+  /s/{id}/v1/chat/completions | completions | models      OpenAI (session secret)
+  /s/{id}/v1/messages                                     Anthropic (session secret)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from coderl.chat import ChatFormat
+from coderl.engine.base import Engine
+from coderl.proxy.anthropic_api import anthropic_router
+from coderl.proxy.auth import new_admin_token
+from coderl.proxy.config import ProxyConfig
+from coderl.proxy.errors import ApiError, dialect_of, error_response, validation_message
+from coderl.proxy.openai_api import openai_router
+from coderl.proxy.service import ProxyService
+from coderl.proxy.sessions_api import sessions_router
+from coderl.proxy.store import Store
+
+log = logging.getLogger(__name__)
+
+
+def default_db_path() -> Path:
+    from platformdirs import user_data_dir
+
+    return Path(user_data_dir("coderl")) / "proxy.sqlite"
+
+
+class _BodyTooLarge(ApiError):
+    pass
+
+
+class BodyLimit:
+    """413 for bodies over ``limit`` bytes: at once from Content-Length, else while the body streams in."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        message = f"request body is larger than proxy.max_body_mb ({self.limit / 2**20:g} MiB)"
+        length = dict(scope["headers"]).get(b"content-length", b"")
+        if length.isdigit() and int(length) > self.limit:
+            response = error_response(dialect_of(scope["path"]), 413, message)
+            await response(scope, receive, send)
+            return
+        seen = 0
+
+        async def limited() -> Message:
+            nonlocal seen
+            msg = await receive()
+            seen += len(msg.get("body", b""))
+            if seen > self.limit:
+                raise _BodyTooLarge(413, message)
+            return msg
+
+        await self.app(scope, limited, send)
+
+
+def create_app(
+    cfg: ProxyConfig, engine: Engine, chat: ChatFormat, *, model_name: str | None = None
+) -> FastAPI:
+    """The proxy app. The store opens here; the engine starts and stops with the app's lifespan,
+    which also expires idle sessions. ``app.state.admin_token`` holds the admin token in use."""
+    admin_token = cfg.admin_token or new_admin_token()
+    store = Store(cfg.db or default_db_path(), cfg.db_synchronous).open()
+    service = ProxyService(cfg, engine, chat, store, cfg.model_name or model_name or "coderl")
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        await engine.start()
+        sweeper = asyncio.create_task(_expire_loop(service))
+        try:
+            yield
+        finally:
+            sweeper.cancel()
+            await engine.stop()
+            store.close()
+
+    app = FastAPI(title="coderl recording proxy", lifespan=lifespan)
+    app.state.admin_token = admin_token
+    app.state.service = service
+    _error_handlers(app)
+    app.include_router(sessions_router(service, admin_token))
+    app.include_router(openai_router(service))
+    app.include_router(anthropic_router(service))
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        return {"status": "ok", "policy_version": engine.policy_version, "model": service.model}
+
+    app.add_middleware(BodyLimit, limit=int(cfg.max_body_mb * 2**20))
+    return app
+
+
+async def _expire_loop(service: ProxyService) -> None:
+    period = min(30.0, max(0.05, service.cfg.session_ttl_s / 4))
+    while True:
+        await asyncio.sleep(period)
+        try:
+            expired = service.expire_idle()
+        except Exception:  # the sweeper must outlive a transient database error
+            log.exception("expiring idle sessions failed")
+            continue
+        if expired:
+            log.info("expired %d idle sessions", len(expired))
+
+
+def _error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(ApiError)
+    async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
+        return error_response(dialect_of(request.url.path), exc.status, exc.message, exc.param, exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        message, param = validation_message(list(exc.errors()))
+        return error_response(dialect_of(request.url.path), 400, message, param)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return error_response(
+            dialect_of(request.url.path), exc.status_code, str(exc.detail), headers=dict(exc.headers or {})
+        )
+
+    @app.exception_handler(Exception)
+    async def _internal(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error on %s", request.url.path)
+        return error_response(
+            dialect_of(request.url.path), 500, f"internal proxy error: {type(exc).__name__}"
+        )

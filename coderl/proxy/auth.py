@@ -1,0 +1,54 @@
+"""Secrets: the admin token for /sessions and one secret per session for its agent.
+
+Only a SHA-256 of each session secret is stored; comparisons are constant-time. An agent may present
+its secret as ``Authorization: Bearer <secret>`` (OpenAI SDKs) or ``x-api-key: <secret>`` (Anthropic
+SDKs); a session's secret opens that session only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+
+from starlette.requests import Request
+
+from coderl.proxy.errors import ApiError
+
+
+def new_session_id() -> str:
+    return "s" + secrets.token_hex(12)
+
+
+def new_secret() -> str:
+    return "sk-coderl-" + secrets.token_urlsafe(24)
+
+
+def new_admin_token() -> str:
+    return "adm-" + secrets.token_urlsafe(24)
+
+
+def hash_secret(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def presented_secret(request: Request) -> str:
+    """The credential a request carries: a bearer token, else x-api-key, else ''."""
+    auth = request.headers.get("authorization", "")
+    if auth[:7].lower() == "bearer ":
+        return auth[7:].strip()
+    return request.headers.get("x-api-key", "").strip()
+
+
+def check_secret(request: Request, secret_hash: str) -> None:
+    given = presented_secret(request)
+    if not given or not hmac.compare_digest(hash_secret(given), secret_hash):
+        raise ApiError(
+            401, "missing or wrong session secret (Authorization: Bearer <secret> or x-api-key: <secret>)"
+        )
+
+
+def check_admin(request: Request, admin_token: str) -> None:
+    given = presented_secret(request)
+    if not given or not hmac.compare_digest(given.encode(), admin_token.encode()):
+        raise ApiError(401, "missing or wrong admin token (Authorization: Bearer <admin token>)")

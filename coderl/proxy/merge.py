@@ -1,0 +1,138 @@
+"""Recorded calls -> trajectories, in token space (pure functions, no I/O).
+
+A call extends a trajectory when its prompt starts with that trajectory's whole context
+(``prompt_ids + response_ids``) as a token prefix: the ids between the old context and the new prompt
+(turn closers, tool results, user turns) are appended with mask 0 and logprob 0, then the call's
+completion with mask 1 and the engine's logprobs. A call that extends no trajectory starts a new one,
+and the split is counted with a reason, judged against the trajectory extended last:
+
+- ``reply_rewritten``: the previous prompt is intact but the model's reply is not (the agent edited it);
+- ``new_context``: the prompt leaves the trajectory's first prompt (another system prompt or task: a
+  sub-agent, a new conversation);
+- ``compaction``: the prompt leaves the history and is shorter than it (summarised / truncated);
+- ``history_rewritten``: the prompt leaves the history otherwise.
+
+When several trajectories could be extended (a sub-agent ran in between), the longest context wins, so
+the main agent resumes its own trajectory. Nothing is ever spliced that is not an exact token prefix.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from coderl.types import Trajectory
+
+
+@dataclass(frozen=True)
+class CallTokens:
+    """The token-space part of one recorded call."""
+
+    call_id: int
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    logprobs: list[float]
+    policy_version: int = 0
+
+
+@dataclass
+class MergeResult:
+    """Trajectories built from a session's calls, with which calls went where and why splits happened."""
+
+    trajectories: list[Trajectory]
+    call_ids: list[list[int]]
+    """The calls of each trajectory, in order."""
+    splits: list[dict[str, Any]] = field(default_factory=list)
+    """One entry per call that started a trajectory after the first: {"call_id", "reason"}."""
+
+    def stats(self) -> dict[str, Any]:
+        """calls, trajectories, splits (count) and split reasons (counts), resumed trajectories."""
+        calls = sum(len(c) for c in self.call_ids)
+        return {
+            "calls": calls,
+            "trajectories": len(self.trajectories),
+            "splits": len(self.splits),
+            "split_reasons": dict(Counter(s["reason"] for s in self.splits)),
+        }
+
+
+def common_prefix_len(a: list[int], b: list[int]) -> int:
+    """Length of the longest common prefix of two id lists."""
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def _context(traj: Trajectory) -> list[int]:
+    return traj.prompt_ids + traj.response_ids
+
+
+def split_reason(prompt: list[int], traj: Trajectory, last_prompt: list[int]) -> str:
+    """Why ``prompt`` does not extend ``traj`` (whose latest call had prompt ``last_prompt``)."""
+    context = _context(traj)
+    shared = common_prefix_len(prompt, context)
+    if shared >= len(last_prompt):
+        return "reply_rewritten"
+    if shared < len(traj.prompt_ids):
+        return "new_context"
+    if len(prompt) < len(context):
+        return "compaction"
+    return "history_rewritten"
+
+
+def merge_calls(calls: list[CallTokens], session_id: str = "", task_id: str = "") -> MergeResult:
+    """Merge calls (in the order they were recorded) into trajectories; see the module docstring."""
+    trajs: list[Trajectory] = []
+    members: list[list[int]] = []
+    last_prompts: list[list[int]] = []
+    splits: list[dict[str, Any]] = []
+    latest = -1  # index of the trajectory extended last
+    for call in calls:
+        if len(call.logprobs) != len(call.completion_ids):
+            raise ValueError(
+                f"call {call.call_id}: {len(call.logprobs)} logprobs for {len(call.completion_ids)} completion ids"
+            )
+        best = -1
+        for i, traj in enumerate(trajs):
+            n = len(traj.prompt_ids) + len(traj.response_ids)
+            if len(call.prompt_ids) >= n and call.prompt_ids[: len(traj.prompt_ids)] == traj.prompt_ids:
+                if call.prompt_ids[len(traj.prompt_ids) : n] == traj.response_ids:
+                    if best < 0 or n >= len(_context(trajs[best])):
+                        best = i
+        if best >= 0:
+            traj = trajs[best]
+            inserted = call.prompt_ids[len(traj.prompt_ids) + len(traj.response_ids) :]
+            traj.response_ids += inserted + call.completion_ids
+            traj.response_mask += [0] * len(inserted) + [1] * len(call.completion_ids)
+            traj.logprobs += [0.0] * len(inserted) + list(call.logprobs)
+            traj.num_turns += 1
+            traj.policy_version = min(traj.policy_version, call.policy_version)
+            members[best].append(call.call_id)
+            last_prompts[best] = call.prompt_ids
+            latest = best
+            continue
+        if latest >= 0:
+            reason = split_reason(call.prompt_ids, trajs[latest], last_prompts[latest])
+            splits.append({"call_id": call.call_id, "reason": reason})
+        trajs.append(
+            Trajectory(
+                task_id=task_id,
+                group_id=session_id,
+                prompt_ids=list(call.prompt_ids),
+                response_ids=list(call.completion_ids),
+                response_mask=[1] * len(call.completion_ids),
+                logprobs=list(call.logprobs),
+                num_turns=1,
+                policy_version=call.policy_version,
+            )
+        )
+        members.append([call.call_id])
+        last_prompts.append(call.prompt_ids)
+        latest = len(trajs) - 1
+    for traj, ids in zip(trajs, members, strict=True):
+        traj.metrics["calls"] = float(len(ids))
+        traj.metrics["sampled_tokens"] = float(sum(traj.response_mask))
+    return MergeResult(trajs, members, splits)

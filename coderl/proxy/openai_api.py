@@ -1,0 +1,331 @@
+"""OpenAI dialect: Chat Completions, Completions and Models under ``/s/{session_id}/v1``.
+
+Supported: messages (text content, tool calls, tool results), tools, tool_choice ("none" turns tool
+parsing off), stop, max_tokens / max_completion_tokens, temperature, top_p, seed, n=1, logprobs (the
+sampled token's; top_logprobs come back empty), stream with stream_options.include_usage. Unknown
+fields are accepted and ignored, as agents send many (user, metadata, parallel_tool_calls...).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, Literal
+
+from fastapi import APIRouter, Header, Request
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from coderl.chat import ChatFormat
+from coderl.engine.params import SamplingParams
+from coderl.proxy.errors import ApiError
+from coderl.proxy.service import CallRequest, ProxyService, request_key
+from coderl.proxy.sse import sse, sse_response, text_pieces
+from coderl.proxy.store import CallRow
+
+SEED_MOD = 2**63
+
+
+class Lenient(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class FunctionCall(Lenient):
+    name: str
+    arguments: str | dict[str, Any] = "{}"
+
+
+class ToolCallIn(Lenient):
+    id: str = ""
+    type: str = "function"
+    function: FunctionCall
+
+
+class ChatMessage(Lenient):
+    role: Literal["system", "developer", "user", "assistant", "tool", "function"]
+    content: str | list[dict[str, Any]] | None = None
+    name: str | None = None
+    tool_calls: list[ToolCallIn] | None = None
+    tool_call_id: str | None = None
+
+
+class FunctionDef(Lenient):
+    name: str = Field(min_length=1)
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+
+
+class ToolDef(Lenient):
+    type: Literal["function"] = "function"
+    function: FunctionDef
+
+
+class StreamOptions(Lenient):
+    include_usage: bool = False
+
+
+class Sampling(Lenient):
+    model: str = ""
+    max_tokens: int | None = Field(None, ge=1)
+    temperature: float | None = Field(None, ge=0.0, le=2.0)
+    top_p: float | None = Field(None, gt=0.0, le=1.0)
+    seed: int | None = None
+    n: int | None = Field(None, ge=1, le=1)
+    stop: str | list[str] | None = None
+    stream: bool | None = False
+    stream_options: StreamOptions | None = None
+
+
+class ChatRequest(Sampling):
+    messages: list[ChatMessage] = Field(min_length=1)
+    tools: list[ToolDef] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    max_completion_tokens: int | None = Field(None, ge=1)
+    logprobs: bool | None = None
+    top_logprobs: int | None = Field(None, ge=0, le=20)
+
+
+class CompletionRequest(Sampling):
+    prompt: str | list[int] | list[str] | list[list[int]]
+    logprobs: int | None = Field(None, ge=0, le=5)
+    echo: bool | None = None
+    suffix: str | None = None
+    best_of: int | None = Field(None, ge=1, le=1)
+
+
+def sampling_params(body: Sampling, max_tokens: int | None, default_max: int) -> SamplingParams:
+    return SamplingParams(
+        max_tokens=max_tokens or default_max,
+        temperature=1.0 if body.temperature is None else body.temperature,
+        top_p=1.0 if body.top_p is None else body.top_p,
+        seed=None if body.seed is None else body.seed % SEED_MOD,
+    )
+
+
+def stop_list(stop: str | list[str] | None) -> list[str]:
+    items = [stop] if isinstance(stop, str) else list(stop or [])
+    if len(items) > 4:
+        raise ApiError(400, f"stop takes at most 4 sequences, got {len(items)}", param="stop")
+    return [s for s in items if s]
+
+
+def finish_reason(row: CallRow) -> str:
+    if row.result["tool_calls"]:
+        return "tool_calls"
+    return "length" if row.result["finish"] == "length" else "stop"
+
+
+def usage(row: CallRow) -> dict[str, Any]:
+    r = row.result
+    return {
+        "prompt_tokens": r["prompt_tokens"],
+        "completion_tokens": r["completion_tokens"],
+        "total_tokens": r["prompt_tokens"] + r["completion_tokens"],
+        "prompt_tokens_details": {"cached_tokens": r.get("cached_tokens", 0)},
+    }
+
+
+def token_strings(chat: ChatFormat, ids: list[int]) -> list[str]:
+    return [str(chat.tokenizer.decode([i], skip_special_tokens=False)) for i in ids]
+
+
+def chat_logprobs(chat: ChatFormat, row: CallRow) -> dict[str, Any]:
+    tokens = token_strings(chat, row.completion_ids)
+    return {
+        "content": [
+            {"token": t, "logprob": lp, "bytes": list(t.encode()), "top_logprobs": []}
+            for t, lp in zip(tokens, row.logprobs, strict=True)
+        ],
+        "refusal": None,
+    }
+
+
+def call_headers(row: CallRow, replayed: bool) -> dict[str, str]:
+    return {"x-coderl-call-id": str(row.id), "x-coderl-replayed": "true" if replayed else "false"}
+
+
+def chat_message(row: CallRow) -> dict[str, Any]:
+    r = row.result
+    msg: dict[str, Any] = {"role": "assistant", "content": r["content"] or None, "refusal": None}
+    if r["tool_calls"]:
+        msg["tool_calls"] = r["tool_calls"]
+    elif msg["content"] is None:
+        msg["content"] = ""
+    return msg
+
+
+def chat_body(row: CallRow, chat: ChatFormat, logprobs: bool) -> dict[str, Any]:
+    r = row.result
+    return {
+        "id": f"chatcmpl-{r['id']}",
+        "object": "chat.completion",
+        "created": r["created"],
+        "model": r["model"],
+        "system_fingerprint": f"coderl-policy-{row.policy_version}",
+        "choices": [
+            {
+                "index": 0,
+                "message": chat_message(row),
+                "logprobs": chat_logprobs(chat, row) if logprobs else None,
+                "finish_reason": finish_reason(row),
+            }
+        ],
+        "usage": usage(row),
+    }
+
+
+def chat_events(row: CallRow, chat: ChatFormat, logprobs: bool, include_usage: bool) -> Iterator[bytes]:
+    r = row.result
+    head = {
+        "id": f"chatcmpl-{r['id']}",
+        "object": "chat.completion.chunk",
+        "created": r["created"],
+        "model": r["model"],
+        "system_fingerprint": f"coderl-policy-{row.policy_version}",
+    }
+    extra = {"usage": None} if include_usage else {}
+
+    def chunk(delta: dict[str, Any], finish: str | None = None, lp: Any = None) -> bytes:
+        choice = {"index": 0, "delta": delta, "logprobs": lp, "finish_reason": finish}
+        return sse({**head, "choices": [choice], **extra})
+
+    yield chunk({"role": "assistant", "content": ""})
+    lps = chat_logprobs(chat, row) if logprobs else None
+    pieces = list(text_pieces(r["content"]))
+    for i, piece in enumerate(pieces):
+        yield chunk({"content": piece}, lp=lps if (lps and i == 0) else None)
+    if lps and not pieces:
+        yield chunk({"content": ""}, lp=lps)
+    for i, call in enumerate(r["tool_calls"]):
+        fn = call["function"]
+        start = {
+            "index": i,
+            "id": call["id"],
+            "type": "function",
+            "function": {"name": fn["name"], "arguments": ""},
+        }
+        yield chunk({"tool_calls": [start]})
+        yield chunk({"tool_calls": [{"index": i, "function": {"arguments": fn["arguments"]}}]})
+    yield chunk({}, finish_reason(row))
+    if include_usage:
+        yield sse({**head, "choices": [], "usage": usage(row)})
+    yield sse("[DONE]")
+
+
+def completion_logprobs(chat: ChatFormat, row: CallRow) -> dict[str, Any]:
+    tokens = token_strings(chat, row.completion_ids)
+    offsets, at = [], 0
+    for t in tokens:
+        offsets.append(at)
+        at += len(t)
+    return {"tokens": tokens, "token_logprobs": row.logprobs, "top_logprobs": None, "text_offset": offsets}
+
+
+def completion_body(row: CallRow, chat: ChatFormat, logprobs: bool) -> dict[str, Any]:
+    r = row.result
+    choice = {
+        "text": r["content"],
+        "index": 0,
+        "logprobs": completion_logprobs(chat, row) if logprobs else None,
+        "finish_reason": "length" if r["finish"] == "length" else "stop",
+    }
+    return {
+        "id": f"cmpl-{r['id']}",
+        "object": "text_completion",
+        "created": r["created"],
+        "model": r["model"],
+        "choices": [choice],
+        "usage": usage(row),
+    }
+
+
+def completion_events(row: CallRow, chat: ChatFormat, logprobs: bool, include_usage: bool) -> Iterator[bytes]:
+    body = completion_body(row, chat, logprobs)
+    head = {k: body[k] for k in ("id", "object", "created", "model")}
+    for piece in text_pieces(row.result["content"]):
+        yield sse({**head, "choices": [{"text": piece, "index": 0, "logprobs": None, "finish_reason": None}]})
+    final = {**body["choices"][0], "text": ""}
+    yield sse({**head, "choices": [final]})
+    if include_usage:
+        yield sse({**head, "choices": [], "usage": body["usage"]})
+    yield sse("[DONE]")
+
+
+def openai_router(service: ProxyService) -> APIRouter:
+    router = APIRouter(prefix="/s/{session_id}/v1", tags=["openai"])
+    cfg, chat = service.cfg, service.chat
+
+    @router.get("/models")
+    async def models(session_id: str, request: Request) -> dict[str, Any]:
+        service.agent_session(request, session_id)
+        card = {"id": service.model, "object": "model", "created": 0, "owned_by": "coderl"}
+        return {"object": "list", "data": [card]}
+
+    @router.get("/models/{model_id:path}")
+    async def model(session_id: str, model_id: str, request: Request) -> dict[str, Any]:
+        service.agent_session(request, session_id)
+        return {"id": model_id, "object": "model", "created": 0, "owned_by": "coderl"}
+
+    @router.post("/chat/completions", response_model=None)
+    async def chat_completions(
+        session_id: str,
+        body: ChatRequest,
+        request: Request,
+        idempotency_key: str | None = Header(None),
+    ) -> Response:
+        session = service.agent_session(request, session_id)
+        messages = [m.model_dump(exclude_none=True, exclude_unset=False) for m in body.messages]
+        tools = [t.model_dump(exclude_none=True) for t in body.tools] if body.tools else None
+        req = CallRequest(
+            api="chat",
+            params=sampling_params(
+                body, body.max_completion_tokens or body.max_tokens, cfg.default_max_tokens
+            ),
+            body=(await request.body()).decode("utf-8", "replace"),
+            request_key=request_key("chat", await request.body(), idempotency_key),
+            messages=messages,
+            tools=tools,
+            parse_tools=bool(tools) and body.tool_choice != "none",
+            stop=stop_list(body.stop),
+        )
+        row, replayed = await service.call(session, req)
+        headers = call_headers(row, replayed)
+        if body.stream:
+            include_usage = bool(body.stream_options and body.stream_options.include_usage)
+            return sse_response(chat_events(row, chat, bool(body.logprobs), include_usage), headers)
+        return JSONResponse(chat_body(row, chat, bool(body.logprobs)), headers=headers)
+
+    @router.post("/completions", response_model=None)
+    async def completions(
+        session_id: str,
+        body: CompletionRequest,
+        request: Request,
+        idempotency_key: str | None = Header(None),
+    ) -> Response:
+        session = service.agent_session(request, session_id)
+        prompt: Any = body.prompt
+        if isinstance(prompt, list) and prompt and not isinstance(prompt[0], int):
+            if len(prompt) != 1:
+                raise ApiError(400, f"only one prompt per request is supported, got {len(prompt)}", "prompt")
+            prompt = prompt[0]
+        if body.echo or body.suffix:
+            raise ApiError(400, "echo and suffix are not supported", param="echo" if body.echo else "suffix")
+        if isinstance(prompt, list) and not prompt:
+            raise ApiError(400, "prompt is empty; give at least one token", param="prompt")
+        raw = await request.body()
+        req = CallRequest(
+            api="completions",
+            params=sampling_params(body, body.max_tokens, cfg.default_max_tokens),
+            body=raw.decode("utf-8", "replace"),
+            request_key=request_key("completions", raw, idempotency_key),
+            prompt=prompt,
+            stop=stop_list(body.stop),
+        )
+        row, replayed = await service.call(session, req)
+        headers = call_headers(row, replayed)
+        logprobs = body.logprobs is not None
+        if body.stream:
+            include_usage = bool(body.stream_options and body.stream_options.include_usage)
+            return sse_response(completion_events(row, chat, logprobs, include_usage), headers)
+        return JSONResponse(completion_body(row, chat, logprobs), headers=headers)
+
+    return router

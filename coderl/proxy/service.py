@@ -1,0 +1,315 @@
+"""The proxy's core, shared by every dialect: sessions, rendering, the engine call, the record.
+
+A call: look up the session and check its secret; answer a retry (same idempotency key or same body)
+from the record; otherwise render the prompt (reusing sampled ids, :mod:`coderl.proxy.render`), call
+the engine with the session id (its prefix cache), cut at stop strings, parse tool calls, and commit
+the call to SQLite before anything is sent back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hashlib
+import secrets
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.requests import Request
+
+from coderl.chat import ChatFormat, parse_completion
+from coderl.engine.base import Engine
+from coderl.engine.params import SamplingParams
+from coderl.errors import ChatError, EngineError, EngineOverloadedError, EngineUnavailableError
+from coderl.proxy.auth import check_secret, hash_secret, new_secret, new_session_id
+from coderl.proxy.config import ProxyConfig
+from coderl.proxy.errors import ApiError
+from coderl.proxy.merge import CallTokens, merge_calls
+from coderl.proxy.render import Message, PriorCall, canonical_message, render_prompt
+from coderl.proxy.store import CallRow, SessionRow, Store
+from coderl.types import Completion
+
+
+@dataclass
+class CallRequest:
+    """One model call, dialect-neutral."""
+
+    api: str
+    """chat | completions | messages"""
+    params: SamplingParams
+    body: str
+    """The request body as received."""
+    request_key: str
+    messages: list[Message] | None = None
+    prompt: str | list[int] | None = None
+    """Completions API: prompt text or ids (instead of messages)."""
+    tools: list[dict[str, Any]] | None = None
+    parse_tools: bool = False
+    stop: list[str] = field(default_factory=list)
+    id_prefix: str = "call"
+
+
+def request_key(api: str, body: bytes, idempotency_key: str | None) -> str:
+    if idempotency_key:
+        return "idem:" + idempotency_key[:200]
+    return "body:" + hashlib.sha256(api.encode() + b"\0" + body).hexdigest()
+
+
+def cut_at_stop(chat: ChatFormat, ids: list[int], stops: list[str]) -> tuple[int, str, str | None]:
+    """(ids to keep, their text, the stop string hit): the shortest prefix whose text reaches a stop."""
+    text = chat.decode(ids)
+    hits = [(text.find(s), s) for s in stops if s and s in text]
+    if not hits:
+        return len(ids), text, None
+    at, stop = min(hits)
+    lo, hi = 1, len(ids)  # smallest n with len(decode(ids[:n])) >= at + len(stop)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if len(chat.decode(ids[:mid])) >= at + len(stop):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo, text[:at], stop
+
+
+class ProxyService:
+    """Sessions and calls over one engine, one chat format and one store."""
+
+    def __init__(self, cfg: ProxyConfig, engine: Engine, chat: ChatFormat, store: Store, model: str) -> None:
+        self.cfg = cfg
+        self.engine = engine
+        self.chat = chat
+        self.store = store
+        self.model = model
+        self._sessions: dict[str, SessionRow] = {}
+        self._history: dict[str, list[CallRow]] = {}
+        self._in_flight: dict[tuple[str, str], asyncio.Future[CallRow]] = {}
+
+    # ------------------------------------------------------------------ sessions
+    def create_session(self, metadata: dict[str, Any]) -> tuple[SessionRow, str]:
+        secret = new_secret()
+        row = self.store.create_session(new_session_id(), hash_secret(secret), metadata)
+        self._sessions[row.id] = row
+        return row, secret
+
+    def session(self, session_id: str) -> SessionRow:
+        """The session's row (404 if unknown); expires it on the spot if idle past the TTL."""
+        row = self._sessions.get(session_id) or self.store.get_session(session_id)
+        if row is None:
+            raise ApiError(404, f"no session {session_id!r}; create one with POST /sessions")
+        self._sessions[session_id] = row
+        if row.status == "active" and time.time() - row.last_active > self.cfg.session_ttl_s:
+            self._expire(row)
+        return row
+
+    def agent_session(self, request: Request, session_id: str) -> SessionRow:
+        """The session an agent request may use: known (404), right secret (401), still open."""
+        row = self.session(session_id)
+        check_secret(request, row.secret_hash)
+        if row.status == "expired":
+            raise ApiError(404, f"session {session_id!r} expired after {self.cfg.session_ttl_s:g} s idle")
+        if row.status != "active":
+            raise ApiError(410, f"session {session_id!r} is {row.status}; it takes no more calls")
+        row.last_active = time.time()
+        return row
+
+    def complete(self, session_id: str) -> SessionRow:
+        row = self.session(session_id)
+        if row.status == "active":
+            row.status = "complete"
+            self.store.touch(session_id, row.last_active)
+            self.store.set_status(session_id, "complete")
+        self._history.pop(session_id, None)
+        return row
+
+    def delete(self, session_id: str) -> None:
+        self.session(session_id)
+        self.store.delete_session(session_id)
+        self._sessions.pop(session_id, None)
+        self._history.pop(session_id, None)
+
+    def expire_idle(self) -> list[str]:
+        """Persist in-memory activity, then expire sessions idle past the TTL."""
+        for row in list(self._sessions.values()):
+            if row.status == "active":
+                self.store.touch(row.id, row.last_active)
+        expired = self.store.expire_idle(time.time() - self.cfg.session_ttl_s)
+        for sid in expired:
+            if sid in self._sessions:
+                self._sessions[sid].status = "expired"
+            self._history.pop(sid, None)
+        return expired
+
+    def _expire(self, row: SessionRow) -> None:
+        row.status = "expired"
+        self.store.set_status(row.id, "expired")
+        self._history.pop(row.id, None)
+
+    def record(self, session_id: str) -> dict[str, Any]:
+        """GET /sessions/{id}: the session, its calls, the built trajectories and stats."""
+        row = self.session(session_id)
+        calls = self.store.calls(session_id)
+        merged = merge_calls(
+            [CallTokens(c.id, c.prompt_ids, c.completion_ids, c.logprobs, c.policy_version) for c in calls],
+            session_id=session_id,
+            task_id=str(row.metadata.get("task_id", "")),
+        )
+        trajectories = [
+            {**dataclasses.asdict(t), "call_ids": ids}
+            for t, ids in zip(merged.trajectories, merged.call_ids, strict=True)
+        ]
+        return {
+            "id": row.id,
+            "status": row.status,
+            "created_at": row.created_at,
+            "last_active": row.last_active,
+            "metadata": row.metadata,
+            "calls": [c.public() for c in calls],
+            "trajectories": trajectories,
+            "splits": merged.splits,
+            "stats": merged.stats(),
+        }
+
+    # ------------------------------------------------------------------ calls
+    async def call(self, session: SessionRow, req: CallRequest) -> tuple[CallRow, bool]:
+        """Answer one call; returns (the recorded call, whether it was replayed from the record)."""
+        key = (session.id, req.request_key)
+        pending = self._in_flight.get(key)
+        if pending is not None:  # a retry while the first attempt still runs: share its answer
+            return await asyncio.shield(pending), True
+        done = self.store.find_call(session.id, req.request_key)
+        if done is not None:
+            return done, True
+        future: asyncio.Future[CallRow] = asyncio.get_running_loop().create_future()
+        self._in_flight[key] = future
+        try:
+            row = await self._generate(session, req)
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()  # retrieved: no "never retrieved" warning when no retry waits on it
+            raise
+        finally:
+            self._in_flight.pop(key, None)
+        future.set_result(row)
+        return row, False
+
+    def _history_of(self, session_id: str) -> list[CallRow]:
+        if session_id not in self._history:
+            self._history[session_id] = self.store.calls(session_id)
+        return self._history[session_id]
+
+    def _prompt(self, session_id: str, req: CallRequest) -> tuple[list[int], list[str], str, int | None]:
+        """(prompt ids, canonical conversation, tools key, base call id)."""
+        history = self._history_of(session_id)
+        if req.messages is not None:
+            prior = [
+                PriorCall(c.id, c.tools_key, tuple(c.canon), c.prompt_ids, c.completion_ids)
+                for c in history
+                if c.api != "completions"
+            ]
+            rendered = render_prompt(self.chat, req.messages, req.tools, prior)
+            return rendered.prompt_ids, list(rendered.canon), rendered.tools_key, rendered.base_call_id
+        if isinstance(req.prompt, list):
+            return list(req.prompt), [], "", None
+        text = req.prompt or ""
+        best: CallRow | None = None
+        for c in history:  # the longest earlier completions call whose prompt + text starts this prompt
+            if c.api == "completions" and len(c.canon) == 2:
+                seen = c.canon[0] + c.canon[1]
+                if text.startswith(seen) and (best is None or len(seen) > len(best.canon[0] + best.canon[1])):
+                    best = c
+        if best is not None:
+            rest = text[len(best.canon[0] + best.canon[1]) :]
+            ids = best.prompt_ids + best.completion_ids + (self.chat.encode(rest) if rest else [])
+            return ids, [text], "", best.id
+        ids = self.chat.encode(text)
+        if not ids:
+            raise ApiError(400, "prompt is empty; give at least one token of text", param="prompt")
+        return ids, [text], "", None
+
+    async def _generate(self, session: SessionRow, req: CallRequest) -> CallRow:
+        t0 = time.perf_counter()
+        try:
+            prompt_ids, canon, tkey, base = self._prompt(session.id, req)
+        except ChatError as exc:
+            raise ApiError(400, str(exc), param="messages") from None
+        t_render = time.perf_counter()
+        try:
+            c = await self.engine.generate(prompt_ids, req.params, session_id=session.id)
+        except EngineOverloadedError as exc:
+            raise self._retry_error(429, f"the engine is overloaded: {exc}") from None
+        except EngineUnavailableError as exc:
+            raise self._retry_error(503, f"the engine is unavailable: {exc}") from None
+        except EngineError as exc:
+            raise ApiError(400, f"the engine refused the request: {exc}") from None
+        t_engine = time.perf_counter()
+        row = self._to_row(session.id, req, prompt_ids, canon, tkey, base, c)
+        row.timing = {
+            "render_s": t_render - t0,
+            "engine_s": t_engine - t_render,
+            "ttft_s": c.ttft_s,
+            "cached_tokens": float(c.cached_tokens),
+        }
+        row.timing["proxy_s"] = time.perf_counter() - t0 - row.timing["engine_s"]
+        self.store.add_call(row)
+        self._history_of(session.id).append(row)
+        session.last_active = time.time()
+        return row
+
+    def _retry_error(self, status: int, message: str) -> ApiError:
+        return ApiError(status, message, headers={"Retry-After": str(self.cfg.retry_after_s)})
+
+    def _to_row(
+        self,
+        session_id: str,
+        req: CallRequest,
+        prompt_ids: list[int],
+        canon: list[str],
+        tkey: str,
+        base: int | None,
+        c: Completion,
+    ) -> CallRow:
+        ids, logprobs = list(c.token_ids), list(c.logprobs)
+        keep, text, stop_hit = cut_at_stop(self.chat, ids, req.stop)
+        ids, logprobs = ids[:keep], logprobs[:keep]
+        finish = "stop" if stop_hit else c.finish_reason
+        uid = secrets.token_hex(8)
+        content, tool_calls = text, []
+        if req.parse_tools:
+            parsed = parse_completion(text, self.chat.tool_format, id_prefix=f"{req.id_prefix}_{uid}")
+            if parsed.tool_calls and not parsed.errors:  # a malformed call is answered as plain content
+                content, tool_calls = parsed.content, [t.to_openai() for t in parsed.tool_calls]
+        if req.messages is not None:
+            reply = {"role": "assistant", "content": content, "tool_calls": tool_calls}
+            canon = [*canon, canonical_message(reply)]
+        else:
+            canon = [*canon, content]
+        result = {
+            "id": uid,
+            "created": int(time.time()),
+            "model": self.model,
+            "content": content,
+            "tool_calls": tool_calls,
+            "finish": finish,
+            "stop_sequence": stop_hit,
+            "prompt_tokens": len(prompt_ids),
+            "completion_tokens": len(ids),
+            "cached_tokens": c.cached_tokens,
+        }
+        return CallRow(
+            session_id=session_id,
+            api=req.api,
+            request_key=req.request_key,
+            request_body=req.body,
+            canon=canon,
+            tools_key=tkey,
+            base_call_id=base,
+            prompt_ids=list(prompt_ids),
+            completion_ids=ids,
+            logprobs=logprobs,
+            finish_reason=finish,
+            policy_version=c.policy_version,
+            result=result,
+            timing={},
+        )

@@ -1,0 +1,90 @@
+"""coderl.proxy.merge: calls -> trajectories, with hand-computed ids, masks and logprobs."""
+
+from __future__ import annotations
+
+import pytest
+
+from coderl.proxy.merge import CallTokens, common_prefix_len, merge_calls
+
+
+def call(cid: int, prompt: list[int], completion: list[int], version: int = 0) -> CallTokens:
+    return CallTokens(cid, prompt, completion, [-float(t) / 100 for t in completion], version)
+
+
+def test_common_prefix_len() -> None:
+    assert common_prefix_len([1, 2, 3], [1, 2, 4]) == 2
+    assert common_prefix_len([], [1]) == 0
+    assert common_prefix_len([1, 2], [1, 2, 3]) == 2
+
+
+def test_consecutive_calls_merge_with_inserted_tokens_masked() -> None:
+    calls = [
+        call(1, [1, 2, 3], [10, 11], version=3),
+        call(2, [1, 2, 3, 10, 11, 20, 21], [12], version=4),
+        call(3, [1, 2, 3, 10, 11, 20, 21, 12, 30], [13, 14], version=4),
+    ]
+    merged = merge_calls(calls, session_id="s1", task_id="t")
+    assert len(merged.trajectories) == 1
+    traj = merged.trajectories[0]
+    assert traj.prompt_ids == [1, 2, 3]
+    assert traj.response_ids == [10, 11, 20, 21, 12, 30, 13, 14]
+    assert traj.response_mask == [1, 1, 0, 0, 1, 0, 1, 1]
+    assert traj.logprobs == [-0.10, -0.11, 0.0, 0.0, -0.12, 0.0, -0.13, -0.14]
+    assert traj.num_turns == 3
+    assert traj.policy_version == 3  # the oldest version that sampled any token
+    assert (traj.group_id, traj.task_id) == ("s1", "t")
+    assert merged.call_ids == [[1, 2, 3]]
+    assert merged.stats() == {"calls": 3, "trajectories": 1, "splits": 0, "split_reasons": {}}
+
+
+@pytest.mark.parametrize(
+    ("second_prompt", "reason"),
+    [
+        ([1, 2, 3, 10, 99, 20], "reply_rewritten"),  # previous prompt intact, the reply edited
+        ([1, 2, 7, 8], "new_context"),  # leaves the first prompt: another system prompt or task
+        ([1, 2, 3, 10, 11, 20, 21, 12, 30, 13, 14], None),  # extends: no split
+    ],
+)
+def test_split_reasons_against_a_one_call_trajectory(second_prompt: list[int], reason: str | None) -> None:
+    merged = merge_calls([call(1, [1, 2, 3], [10, 11]), call(2, second_prompt, [5])])
+    if reason is None:
+        assert len(merged.trajectories) == 1
+    else:
+        assert merged.splits == [{"call_id": 2, "reason": reason}]
+        assert len(merged.trajectories) == 2
+        assert merged.trajectories[1].prompt_ids == second_prompt
+        assert merged.trajectories[1].response_mask == [1]
+
+
+def test_compaction_and_history_rewrite() -> None:
+    first = [call(1, [1, 2], [3]), call(2, [1, 2, 3, 4, 5, 6], [7])]  # context [1..7]
+    compacted = merge_calls([*first, call(3, [1, 2, 3, 9], [8])])
+    assert compacted.splits == [{"call_id": 3, "reason": "compaction"}]
+    rewritten = merge_calls([*first, call(3, [1, 2, 3, 4, 9, 9, 9, 9], [8])])
+    assert rewritten.splits == [{"call_id": 3, "reason": "history_rewritten"}]
+    assert rewritten.stats()["split_reasons"] == {"history_rewritten": 1}
+
+
+def test_sub_agent_in_between_does_not_break_the_main_trajectory() -> None:
+    calls = [
+        call(1, [1, 2], [3]),  # main agent
+        call(2, [50, 51], [52]),  # sub-agent, its own conversation
+        call(3, [50, 51, 52, 53], [54]),  # sub-agent continues
+        call(4, [1, 2, 3, 60], [61]),  # main agent resumes with the sub-agent's result
+    ]
+    merged = merge_calls(calls)
+    assert merged.call_ids == [[1, 4], [2, 3]]
+    assert merged.trajectories[0].response_ids == [3, 60, 61]
+    assert merged.trajectories[0].response_mask == [1, 0, 1]
+    assert merged.splits == [{"call_id": 2, "reason": "new_context"}]
+
+
+def test_longest_extendable_trajectory_wins() -> None:
+    calls = [call(1, [1], [2]), call(2, [1, 9], [3]), call(3, [1, 9, 3, 4], [5])]
+    merged = merge_calls(calls)
+    assert merged.call_ids == [[1], [2, 3]]
+
+
+def test_mismatched_logprobs_are_rejected() -> None:
+    with pytest.raises(ValueError, match="logprobs"):
+        merge_calls([CallTokens(1, [1], [2, 3], [-0.1], 0)])
