@@ -42,6 +42,16 @@ async def test_exec_returns_output_exit_code_and_duration(make_spec: Any) -> Non
         assert ok.ok and ok.stdout.strip() == "42"
 
 
+async def test_quick_commands_report_their_own_exit_code(make_spec: Any) -> None:
+    # coreutils close stdout/stderr before they exit: a runner that takes end-of-output for the end
+    # of the command (and kills what is left) reported spurious -9s for `ls` and `grep`.
+    async with await create_sandbox(make_spec()) as sb:
+        await sb.write_file("f.txt", "needle\n")
+        codes = [(await sb.exec("ls -la && grep -n needle f.txt")).exit_code for _ in range(25)]
+        codes += [(await sb.exec("grep -c absent f.txt")).exit_code for _ in range(5)]
+        assert codes == [0] * 25 + [1] * 5
+
+
 async def test_env_and_cwd(make_spec: Any) -> None:
     async with await create_sandbox(make_spec(env={"FROM_SPEC": "a"})) as sb:
         await sb.write_file("sub/dir/f.txt", "x")

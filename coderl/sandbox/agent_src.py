@@ -70,9 +70,14 @@ def run(req):
                 buf += data[:room]
             dropped += max(0, len(data) - max(room, 0))
     sel.close()
-    if proc.poll() is None:
+    # Output closed is not the end: coreutils close stdout/stderr at exit *before* exiting, and a
+    # command may go on with its output closed. Wait for it until its time limit, then kill.
+    try:
+        code = proc.wait(timeout=max(0.0, req["timeout"] - (time.monotonic() - start)))
+    except subprocess.TimeoutExpired:
+        timed_out = True
         kill_all()
-    code = proc.wait()
+        code = proc.wait()
     kill_all()
     reap()
     proc.stdout.close()
