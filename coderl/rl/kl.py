@@ -51,7 +51,7 @@ def kl_penalty(logp: Tensor, ref_logp: Tensor, kind: KLName) -> Tensor:
 def entropy_from_logits(logits: Tensor) -> Tensor:
     """Entropy of the next-token distribution: H = logsumexp(z) - sum_v softmax(z)_v * z_v.
 
-    ``logits`` [B, T, V] -> [B, T]. Computed without materialising log-softmax twice.
+    ``logits`` [B, T, V] -> [B, T]; materialises the [B, T, V] softmax, so chunk over T for big vocabularies.
     """
     log_norm = torch.logsumexp(logits, dim=-1)  # [B, T]
     probs = torch.softmax(logits, dim=-1)  # [B, T, V]
