@@ -83,8 +83,17 @@ async def proxy_client(
             yield client, app
 
 
+def sdk_http_client(app: Any) -> Any:
+    """An in-process HTTP client for the official SDKs (they use the httpx2 package, not httpx)."""
+    import httpx2
+
+    return httpx2.AsyncClient(transport=httpx2.ASGITransport(app=app))
+
+
 async def new_session(client: httpx.AsyncClient, **metadata: Any) -> dict[str, Any]:
-    r = await client.post("/sessions", json={"metadata": metadata}, headers={"Authorization": f"Bearer {ADMIN}"})
+    r = await client.post(
+        "/sessions", json={"metadata": metadata}, headers={"Authorization": f"Bearer {ADMIN}"}
+    )
     assert r.status_code == 201, r.text
     return dict(r.json())
 

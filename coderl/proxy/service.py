@@ -211,6 +211,10 @@ class ProxyService:
             rendered = render_prompt(self.chat, req.messages, req.tools, prior)
             return rendered.prompt_ids, list(rendered.canon), rendered.tools_key, rendered.base_call_id
         if isinstance(req.prompt, list):
+            vocab = len(self.chat.tokenizer)
+            bad = [i for i in req.prompt if not 0 <= i < vocab]
+            if bad:
+                raise ApiError(400, f"token id {bad[0]} is outside the vocabulary [0, {vocab})", param="prompt")
             return list(req.prompt), [], "", None
         text = req.prompt or ""
         best: CallRow | None = None

@@ -1,0 +1,119 @@
+"""The proxy's Anthropic dialect through the official SDK, on a scripted engine (in process, fast)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import pytest
+
+from coderl.chat import ChatFormat
+from tests.proxy_fakes import FakeEngine, new_session, proxy_client, record, sdk_http_client
+
+TOOLS = [
+    {
+        "name": "bash",
+        "description": "run a command",
+        "input_schema": {"type": "object", "properties": {"cmd": {"type": "string"}}},
+    }
+]
+CALL_TEXT = 'Checking.\n<tool_call>\n{"name": "bash", "arguments": {"cmd": "ls"}}\n</tool_call>'
+
+
+@pytest.fixture(scope="module")
+def chat(tokenizer: Any) -> ChatFormat:
+    return ChatFormat(tokenizer)
+
+
+async def test_tool_use_round_trip_streams_and_merges(chat: ChatFormat, tmp_path: Path) -> None:
+    engine = FakeEngine(chat.tokenizer, [CALL_TEXT, "There are two files.", "Bye END now"])
+    async with proxy_client(chat, engine, tmp_path / "p.db") as (client, app):
+        s = await new_session(client)
+        sdk = anthropic.AsyncAnthropic(
+            base_url=s["anthropic_base_url"],
+            api_key=s["secret"],
+            http_client=sdk_http_client(app),
+        )
+        messages: list[dict[str, Any]] = [{"role": "user", "content": "What is here?"}]
+        async with sdk.messages.stream(
+            model="m",
+            max_tokens=64,
+            system="You are terse.",
+            messages=messages,
+            tools=TOOLS,  # type: ignore[arg-type]
+        ) as stream:
+            texts = [t async for t in stream.text_stream]
+            first = await stream.get_final_message()
+        assert "".join(texts) == "Checking."
+        assert first.stop_reason == "tool_use"
+        text_block, tool_block = first.content
+        assert text_block.type == "text" and text_block.text == "Checking."
+        assert (
+            tool_block.type == "tool_use" and tool_block.name == "bash" and tool_block.input == {"cmd": "ls"}
+        )
+        assert first.usage.output_tokens == len(chat.encode(CALL_TEXT)) + 1
+
+        messages += [
+            {"role": "assistant", "content": [b.model_dump() for b in first.content]},
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": tool_block.id, "content": "a.py b.py"}],
+            },
+        ]
+        second = await sdk.messages.create(
+            model="m", max_tokens=64, system="You are terse.", messages=messages, tools=TOOLS
+        )  # type: ignore[arg-type]
+        assert second.stop_reason == "end_turn" and second.content[0].text == "There are two files."  # type: ignore[union-attr]
+        messages += [
+            {"role": "assistant", "content": "There are two files."},
+            {"role": "user", "content": "ok"},
+        ]
+        third = await sdk.messages.create(
+            model="m",
+            max_tokens=64,
+            system="You are terse.",
+            messages=messages,
+            tools=TOOLS,
+            stop_sequences=["END"],  # type: ignore[arg-type]
+        )
+        assert third.stop_reason == "stop_sequence" and third.stop_sequence == "END"
+        assert third.content[0].text == "Bye "  # type: ignore[union-attr]
+
+        rec = await record(client, s["id"])
+        c1, c2, c3 = rec["calls"]
+        assert [c["api"] for c in rec["calls"]] == ["messages"] * 3
+        assert c1["prompt_ids"] == chat.render(
+            [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "What is here?"}],
+            [
+                {
+                    "type": "function",
+                    "function": {
+                        "name": "bash",
+                        "description": "run a command",
+                        "parameters": TOOLS[0]["input_schema"],
+                    },
+                }
+            ],
+        )
+        assert c2["base_call_id"] == c1["id"] and c3["base_call_id"] == c2["id"]
+        assert rec["stats"]["trajectories"] == 1 and rec["stats"]["calls"] == 3
+
+
+async def test_count_tokens_and_errors(chat: ChatFormat, tmp_path: Path) -> None:
+    async with proxy_client(chat, FakeEngine(chat.tokenizer), tmp_path / "p.db") as (client, app):
+        s = await new_session(client)
+        sdk = anthropic.AsyncAnthropic(
+            base_url=s["anthropic_base_url"],
+            api_key="wrong",
+            http_client=sdk_http_client(app),
+            max_retries=0,
+        )
+        with pytest.raises(anthropic.AuthenticationError):
+            await sdk.messages.create(model="m", max_tokens=5, messages=[{"role": "user", "content": "x"}])
+        r = await client.post(
+            f"/s/{s['id']}/v1/messages/count_tokens",
+            json={"messages": [{"role": "user", "content": "hi"}]},
+            headers={"x-api-key": s["secret"]},
+        )
+        assert r.json() == {"input_tokens": len(chat.render([{"role": "user", "content": "hi"}]))}

@@ -1,0 +1,244 @@
+"""The proxy's OpenAI dialect and sessions, on a scripted engine (in process, fast)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+from coderl.chat import ChatFormat
+from tests.proxy_fakes import FakeEngine, new_session, proxy_client, record, sdk_http_client
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "bash",
+            "description": "run a command",
+            "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}},
+        },
+    }
+]
+CALL_TEXT = '<tool_call>\n{"name": "bash", "arguments": {"cmd": "ls"}}\n</tool_call>'
+
+
+@pytest.fixture(scope="module")
+def chat(tokenizer: Any) -> ChatFormat:
+    return ChatFormat(tokenizer)
+
+
+def auth(session: dict[str, Any]) -> dict[str, str]:
+    return {"Authorization": f"Bearer {session['secret']}"}
+
+
+def url(session: dict[str, Any], path: str) -> str:
+    return f"/s/{session['id']}/v1{path}"
+
+
+async def test_chat_completion_is_recorded_with_ids(chat: ChatFormat, tmp_path: Path) -> None:
+    engine = FakeEngine(chat.tokenizer, ["Hello there."])
+    async with proxy_client(chat, engine, tmp_path / "p.db") as (client, _):
+        s = await new_session(client, task_id="t1")
+        assert s["openai_base_url"].endswith(f"/s/{s['id']}/v1")
+        assert s["anthropic_base_url"].endswith(f"/s/{s['id']}")
+        messages = [{"role": "user", "content": "hi"}]
+        body = {"model": "x", "messages": messages, "max_tokens": 20, "temperature": 0, "seed": 3}
+        r = await client.post(url(s, "/chat/completions"), json=body, headers=auth(s))
+        assert r.status_code == 200, r.text
+        out = r.json()
+        assert out["object"] == "chat.completion" and out["model"] == "test-model"
+        assert out["choices"][0]["message"] == {
+            "role": "assistant",
+            "content": "Hello there.",
+            "refusal": None,
+        }
+        assert out["choices"][0]["finish_reason"] == "stop"
+        assert engine.prompts[0] == chat.render(messages)
+        assert (
+            engine.params[0].max_tokens == 20
+            and engine.params[0].temperature == 0
+            and engine.params[0].seed == 3
+        )
+        rec = await record(client, s["id"])
+        (call,) = rec["calls"]
+        assert call["prompt_ids"] == chat.render(messages)
+        assert call["completion_ids"] == [*chat.encode("Hello there."), engine.end_id]
+        assert call["logprobs"] == pytest.approx(
+            [-0.01 * (i + 1) for i in range(len(call["completion_ids"]))]
+        )
+        assert call["request"] == body and call["finish_reason"] == "stop" and call["policy_version"] == 0
+        assert out["usage"]["prompt_tokens"] == len(call["prompt_ids"])
+        assert rec["trajectories"][0]["task_id"] == "t1"
+
+
+async def test_multi_turn_with_tools_merges_into_one_trajectory(chat: ChatFormat, tmp_path: Path) -> None:
+    # The second reply is sampled as one id per character: re-tokenising its text would not give these ids.
+    odd = [chat.tokenizer.convert_tokens_to_ids(c) for c in "done"] + [
+        chat.tokenizer.convert_tokens_to_ids("<|im_end|>")
+    ]
+    engine = FakeEngine(chat.tokenizer, [CALL_TEXT, odd, "bye"])
+    async with proxy_client(chat, engine, tmp_path / "p.db") as (client, _):
+        s = await new_session(client)
+        msgs: list[dict[str, Any]] = [
+            {"role": "system", "content": "sys"},
+            {"role": "user", "content": "list"},
+        ]
+        r1 = (
+            await client.post(
+                url(s, "/chat/completions"), json={"messages": msgs, "tools": TOOLS}, headers=auth(s)
+            )
+        ).json()
+        message = r1["choices"][0]["message"]
+        assert r1["choices"][0]["finish_reason"] == "tool_calls"
+        assert message["content"] is None
+        (tc,) = message["tool_calls"]
+        assert tc["function"]["name"] == "bash" and json.loads(tc["function"]["arguments"]) == {"cmd": "ls"}
+        msgs += [message, {"role": "tool", "tool_call_id": tc["id"], "content": "a.py\nb.py"}]
+        r2 = (
+            await client.post(
+                url(s, "/chat/completions"), json={"messages": msgs, "tools": TOOLS}, headers=auth(s)
+            )
+        ).json()
+        assert r2["choices"][0]["message"]["content"] == "done"
+        msgs += [{"role": "assistant", "content": "done"}, {"role": "user", "content": "thanks"}]
+        await client.post(
+            url(s, "/chat/completions"), json={"messages": msgs, "tools": TOOLS}, headers=auth(s)
+        )
+        rec = await record(client, s["id"])
+        c1, c2, c3 = rec["calls"]
+        assert c2["base_call_id"] == c1["id"] and c3["base_call_id"] == c2["id"]
+        assert c3["prompt_ids"][: len(c2["prompt_ids"]) + len(odd)] == c2["prompt_ids"] + odd
+        assert rec["stats"] == {"calls": 3, "trajectories": 1, "splits": 0, "split_reasons": {}}
+        (traj,) = rec["trajectories"]
+        assert traj["prompt_ids"] == c1["prompt_ids"]
+        assert traj["prompt_ids"] + traj["response_ids"] == c3["prompt_ids"] + c3["completion_ids"]
+        sampled = [t for t, m in zip(traj["response_ids"], traj["response_mask"], strict=True) if m]
+        assert sampled == c1["completion_ids"] + c2["completion_ids"] + c3["completion_ids"]
+        assert traj["call_ids"] == [c1["id"], c2["id"], c3["id"]]
+
+        # The agent rewrites its history (drops the tool exchange): a new trajectory, counted as a split.
+        rewritten = [msgs[0], msgs[1], {"role": "user", "content": "start over"}]
+        await client.post(
+            url(s, "/chat/completions"), json={"messages": rewritten, "tools": TOOLS}, headers=auth(s)
+        )
+        rec = await record(client, s["id"])
+        assert rec["stats"]["trajectories"] == 2 and rec["stats"]["splits"] == 1
+        assert rec["splits"][0]["call_id"] == rec["calls"][3]["id"]
+
+
+async def test_malformed_tool_call_is_returned_as_content(chat: ChatFormat, tmp_path: Path) -> None:
+    bad = '<tool_call>\n{"name": "bash", "arguments": {"cmd": \n</tool_call>'
+    engine = FakeEngine(chat.tokenizer, [bad])
+    async with proxy_client(chat, engine, tmp_path / "p.db") as (client, _):
+        s = await new_session(client)
+        body = {"messages": [{"role": "user", "content": "x"}], "tools": TOOLS}
+        r = await client.post(url(s, "/chat/completions"), json=body, headers=auth(s))
+        assert r.status_code == 200
+        choice = r.json()["choices"][0]
+        assert choice["message"]["content"] == bad.strip() and "tool_calls" not in choice["message"]
+        assert choice["finish_reason"] == "stop"
+
+
+async def test_retries_are_answered_from_the_record(chat: ChatFormat, tmp_path: Path) -> None:
+    engine = FakeEngine(chat.tokenizer, ["one", "two", "three"])
+    async with proxy_client(chat, engine, tmp_path / "p.db") as (client, _):
+        s = await new_session(client)
+        body = {"messages": [{"role": "user", "content": "x"}], "temperature": 1.0}
+        r1 = await client.post(url(s, "/chat/completions"), json=body, headers=auth(s))
+        r2 = await client.post(url(s, "/chat/completions"), json=body, headers=auth(s))
+        assert r1.json() == r2.json() and r2.headers["x-coderl-replayed"] == "true"
+        # Same Idempotency-Key, different body bytes (key order): still the recorded answer.
+        key = {**auth(s), "Idempotency-Key": "k1"}
+        r3 = await client.post(url(s, "/chat/completions"), json={"temperature": 0.5, **body}, headers=key)
+        r4 = await client.post(url(s, "/chat/completions"), json={**body, "temperature": 0.5}, headers=key)
+        assert (
+            r3.json()["choices"][0]["message"]["content"]
+            == "two"
+            == r4.json()["choices"][0]["message"]["content"]
+        )
+        assert len(engine.prompts) == 2
+        assert len((await record(client, s["id"]))["calls"]) == 2
+
+
+async def test_streaming_through_the_openai_sdk(chat: ChatFormat, tmp_path: Path) -> None:
+    engine = FakeEngine(chat.tokenizer, ["Let me look. " + CALL_TEXT, "plain answer " * 10])
+    async with proxy_client(chat, engine, tmp_path / "p.db") as (client, app):
+        s = await new_session(client)
+        sdk = openai.AsyncOpenAI(
+            base_url=s["openai_base_url"],
+            api_key=s["secret"],
+            http_client=sdk_http_client(app),
+        )
+        stream = await sdk.chat.completions.create(
+            model="m",
+            messages=[{"role": "user", "content": "go"}],
+            tools=TOOLS,  # type: ignore[arg-type]
+            stream=True,
+            stream_options={"include_usage": True},
+            logprobs=True,
+        )
+        chunks = [c async for c in stream]
+        content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        assert content == "Let me look."
+        calls = [tc for c in chunks if c.choices for tc in c.choices[0].delta.tool_calls or []]
+        assert calls[0].function.name == "bash" and calls[0].id
+        assert json.loads("".join(tc.function.arguments or "" for tc in calls)) == {"cmd": "ls"}
+        assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "tool_calls"
+        assert chunks[-1].choices == [] and chunks[-1].usage is not None
+        lps = [
+            t.logprob
+            for c in chunks
+            if c.choices and c.choices[0].logprobs
+            for t in c.choices[0].logprobs.content or []
+        ]
+        rec = await record(client, s["id"])
+        assert lps == pytest.approx(rec["calls"][0]["logprobs"])
+        assert chunks[-1].usage.completion_tokens == len(rec["calls"][0]["completion_ids"])
+
+        plain = await sdk.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "again"}], max_tokens=4
+        )
+        assert plain.choices[0].finish_reason == "length" and plain.usage is not None
+        assert plain.usage.completion_tokens == 4
+        models = await sdk.models.list()
+        assert [m.id for m in models.data] == ["test-model"]
+
+
+async def test_stop_strings_cut_the_completion_and_its_ids(chat: ChatFormat, tmp_path: Path) -> None:
+    engine = FakeEngine(chat.tokenizer, ["alpha beta END gamma"])
+    async with proxy_client(chat, engine, tmp_path / "p.db") as (client, _):
+        s = await new_session(client)
+        body = {"messages": [{"role": "user", "content": "x"}], "stop": ["END"]}
+        out = (await client.post(url(s, "/chat/completions"), json=body, headers=auth(s))).json()
+        assert out["choices"][0]["message"]["content"] == "alpha beta "
+        call = (await record(client, s["id"]))["calls"][0]
+        assert chat.decode(call["completion_ids"]).endswith("END")
+        assert len(call["logprobs"]) == len(call["completion_ids"]) == len(chat.encode("alpha beta END"))
+
+
+async def test_completions_api_reuses_sampled_ids_for_its_own_text(chat: ChatFormat, tmp_path: Path) -> None:
+    engine = FakeEngine(chat.tokenizer, ["world", "again"])
+    async with proxy_client(chat, engine, tmp_path / "p.db") as (client, _):
+        s = await new_session(client)
+        r1 = await client.post(
+            url(s, "/completions"), json={"prompt": "hello ", "max_tokens": 8, "logprobs": 1}, headers=auth(s)
+        )
+        assert r1.status_code == 200, r1.text
+        out = r1.json()
+        assert out["object"] == "text_completion" and out["choices"][0]["text"] == "world"
+        assert len(out["choices"][0]["logprobs"]["token_logprobs"]) == len(chat.encode("world")) + 1
+        r2 = await client.post(
+            url(s, "/completions"), json={"prompt": "hello world and", "max_tokens": 8}, headers=auth(s)
+        )
+        assert r2.status_code == 200
+        c1, c2 = (await record(client, s["id"]))["calls"]
+        assert c2["base_call_id"] == c1["id"]
+        assert c2["prompt_ids"] == c1["prompt_ids"] + c1["completion_ids"] + chat.encode(" and")
+        r3 = await client.post(
+            url(s, "/completions"), json={"prompt": [1, 2, 3], "stream": True}, headers=auth(s)
+        )
+        assert r3.text.rstrip().endswith("data: [DONE]")
+        assert engine.prompts[-1] == [1, 2, 3]

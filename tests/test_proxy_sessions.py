@@ -1,0 +1,170 @@
+"""Sessions, secrets and hostile input: every error in its API's own format, never a 5xx for bad input."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from coderl.chat import ChatFormat
+from coderl.errors import EngineError, EngineOverloadedError, EngineUnavailableError
+from tests.proxy_fakes import ADMIN, FakeEngine, new_session, proxy_client, record
+
+ADMIN_H = {"Authorization": f"Bearer {ADMIN}"}
+MSG = {"messages": [{"role": "user", "content": "hi"}]}
+
+
+@pytest.fixture(scope="module")
+def chat(tokenizer: Any) -> ChatFormat:
+    return ChatFormat(tokenizer)
+
+
+def openai_error(r: Any, status: int) -> dict[str, Any]:
+    assert r.status_code == status, r.text
+    err = r.json()["error"]
+    assert set(err) == {"message", "type", "param", "code"} and err["message"]
+    return dict(err)
+
+
+def anthropic_error(r: Any, status: int, kind: str) -> None:
+    assert r.status_code == status, r.text
+    body = r.json()
+    assert body["type"] == "error" and body["error"]["type"] == kind and body["error"]["message"]
+
+
+async def test_secrets_isolate_sessions(chat: ChatFormat, tmp_path: Path) -> None:
+    async with proxy_client(chat, FakeEngine(chat.tokenizer), tmp_path / "p.db") as (client, _):
+        assert (await client.post("/sessions")).status_code == 401
+        assert (await client.post("/sessions", headers={"Authorization": "Bearer nope"})).status_code == 401
+        a, b = await new_session(client), await new_session(client)
+        path = f"/s/{a['id']}/v1/chat/completions"
+        openai_error(await client.post(path, json=MSG), 401)
+        openai_error(
+            await client.post(path, json=MSG, headers={"Authorization": f"Bearer {b['secret']}"}), 401
+        )
+        openai_error(await client.post(path, json=MSG, headers={"x-api-key": ADMIN}), 401)
+        assert (await client.post(path, json=MSG, headers={"x-api-key": a["secret"]})).status_code == 200
+        openai_error(
+            await client.post("/s/nosuch/v1/chat/completions", json=MSG, headers={"x-api-key": "x"}), 404
+        )
+        # An agent's secret is not an admin token.
+        r = await client.get(f"/sessions/{a['id']}", headers={"Authorization": f"Bearer {a['secret']}"})
+        openai_error(r, 401)
+        assert (await record(client, b["id"]))["calls"] == []
+        assert len((await record(client, a["id"]))["calls"]) == 1
+
+
+async def test_complete_delete_and_idle_expiry(chat: ChatFormat, tmp_path: Path) -> None:
+    async with proxy_client(chat, FakeEngine(chat.tokenizer), tmp_path / "p.db", session_ttl_s=0.3) as (
+        client,
+        _,
+    ):
+        s = await new_session(client)
+        h = {"Authorization": f"Bearer {s['secret']}"}
+        path = f"/s/{s['id']}/v1/chat/completions"
+        assert (await client.post(path, json=MSG, headers=h)).status_code == 200
+        r = await client.post(f"/sessions/{s['id']}/complete", headers=ADMIN_H)
+        assert r.json() == {"id": s["id"], "status": "complete"}
+        openai_error(await client.post(path, json=MSG, headers=h), 410)
+        assert len((await record(client, s["id"]))["calls"]) == 1  # the record stays readable
+        assert (await client.delete(f"/sessions/{s['id']}", headers=ADMIN_H)).json()["deleted"] is True
+        openai_error(await client.get(f"/sessions/{s['id']}", headers=ADMIN_H), 404)
+        openai_error(await client.delete(f"/sessions/{s['id']}", headers=ADMIN_H), 404)
+
+        idle = await new_session(client)
+        await asyncio.sleep(0.5)
+        r = await client.post(
+            f"/s/{idle['id']}/v1/chat/completions", json=MSG, headers={"x-api-key": idle["secret"]}
+        )
+        assert "expired" in openai_error(r, 404)["message"]
+        assert (await record(client, idle["id"]))["status"] == "expired"
+
+
+async def test_bad_input_gets_4xx_in_openai_format(chat: ChatFormat, tmp_path: Path) -> None:
+    async with proxy_client(chat, FakeEngine(chat.tokenizer), tmp_path / "p.db", max_body_mb=0.01) as (
+        client,
+        _,
+    ):
+        s = await new_session(client)
+        h = {"Authorization": f"Bearer {s['secret']}", "content-type": "application/json"}
+        path = f"/s/{s['id']}/v1/chat/completions"
+        openai_error(await client.post(path, content=b"{not json", headers=h), 400)
+        openai_error(await client.post(path, json={}, headers=h), 400)
+        openai_error(await client.post(path, json={"messages": []}, headers=h), 400)
+        openai_error(await client.post(path, json={"messages": "hi"}, headers=h), 400)
+        openai_error(await client.post(path, json={**MSG, "n": 2}, headers=h), 400)
+        openai_error(await client.post(path, json={**MSG, "max_tokens": "many"}, headers=h), 400)
+        openai_error(await client.post(path, json={**MSG, "temperature": -1}, headers=h), 400)
+        openai_error(await client.post(path, json={**MSG, "stop": ["a", "b", "c", "d", "e"]}, headers=h), 400)
+        openai_error(
+            await client.post(path, json={"messages": [{"role": "wizard", "content": "x"}]}, headers=h), 400
+        )
+        image = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]
+        err = openai_error(await client.post(path, json={"messages": image}, headers=h), 400)
+        assert "text" in err["message"]
+        bad_args = [
+            {"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "{oops"}}]},
+            MSG["messages"][0],
+        ]
+        openai_error(await client.post(path, json={"messages": bad_args}, headers=h), 400)
+        openai_error(await client.post(path, content=b"[1, 2]", headers=h), 400)
+        big = {"messages": [{"role": "user", "content": "x" * 20_000}]}
+        openai_error(await client.post(path, json=big, headers=h), 413)
+        openai_error(await client.get(f"/s/{s['id']}/v1/nothing-here", headers=h), 404)
+        openai_error(
+            await client.post(f"/s/{s['id']}/v1/completions", json={"prompt": ["a", "b"]}, headers=h), 400
+        )
+        openai_error(
+            await client.post(f"/s/{s['id']}/v1/completions", json={"prompt": [10**12]}, headers=h), 400
+        )
+
+
+async def test_bad_input_gets_4xx_in_anthropic_format(chat: ChatFormat, tmp_path: Path) -> None:
+    async with proxy_client(chat, FakeEngine(chat.tokenizer), tmp_path / "p.db", max_body_mb=0.01) as (
+        client,
+        _,
+    ):
+        s = await new_session(client)
+        h = {"x-api-key": s["secret"], "content-type": "application/json"}
+        path = f"/s/{s['id']}/v1/messages"
+        anthropic_error(await client.post(path, content=b"{", headers=h), 400, "invalid_request_error")
+        anthropic_error(
+            await client.post(path, json={"max_tokens": 5}, headers=h), 400, "invalid_request_error"
+        )
+        block = {"role": "user", "content": [{"type": "image", "source": {}}]}
+        anthropic_error(
+            await client.post(path, json={"messages": [block]}, headers=h), 400, "invalid_request_error"
+        )
+        anthropic_error(
+            await client.post(path, json=MSG, headers={"x-api-key": "wrong"}), 401, "authentication_error"
+        )
+        anthropic_error(await client.post("/s/zzz/v1/messages", json=MSG, headers=h), 404, "not_found_error")
+        big = {"messages": [{"role": "user", "content": "x" * 20_000}]}
+        anthropic_error(await client.post(path, json=big, headers=h), 413, "request_too_large")
+
+
+@pytest.mark.parametrize(
+    ("exc", "status"),
+    [
+        (EngineUnavailableError("down"), 503),
+        (EngineOverloadedError("full"), 429),
+        (EngineError("too long"), 400),
+    ],
+)
+async def test_engine_failures_keep_their_status(
+    chat: ChatFormat, tmp_path: Path, exc: Exception, status: int
+) -> None:
+    engine = FakeEngine(chat.tokenizer, [exc, "fine"])
+    async with proxy_client(chat, engine, tmp_path / "p.db", retry_after_s=2) as (client, _):
+        s = await new_session(client)
+        r = await client.post(
+            f"/s/{s['id']}/v1/chat/completions", json=MSG, headers={"x-api-key": s["secret"]}
+        )
+        openai_error(r, status)
+        if status != 400:
+            assert r.headers["retry-after"] == "2"
+        r = await client.post(f"/s/{s['id']}/v1/messages", json=MSG, headers={"x-api-key": s["secret"]})
+        assert r.status_code == 200  # the next attempt is served; the failed one left no record
+        assert len((await record(client, s["id"]))["calls"]) == 1
