@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Mapping
 from pathlib import Path
@@ -170,3 +171,25 @@ async def test_engine_failure_is_recorded_not_raised(task: Task, tokenizer: Any)
 
     traj = await get_loop("swe").run(task, ctx_for(Broken(tokenizer, []), tokenizer))
     assert traj.exit_status == "error" and "engine went away" in (traj.error or "")
+
+
+async def test_baseline_is_made_once_per_snapshot_and_seeds_each_sandbox(task: Task) -> None:
+    from coderl.agents.baseline import BaselineCache
+
+    made: list[Task] = []
+
+    async def make_sandbox(t: Task):  # type: ignore[no-untyped-def]
+        made.append(t)
+        return await create_sandbox(SandboxSpec(workspace=t.repo, workdir=t.workdir))
+
+    cache = BaselineCache()
+    seeded = await asyncio.gather(*(cache.task_with_baseline(task, make_sandbox) for _ in range(4)))
+    assert len(made) == 1  # four concurrent rollouts of one task: one baseline
+    assert all(s is not None and s.repo == seeded[0].repo for s in seeded)  # type: ignore[union-attr]
+    first = seeded[0]
+    assert first is not None and (first.repo / ".git").is_dir() and first.repo != task.repo
+    async with await make_sandbox(first) as sb:
+        assert (await sb.exec("git status --porcelain")).stdout == ""  # the snapshot, committed
+        await sb.write_file("new.txt", "x\n")
+        diff = (await sb.exec("git add -A && git diff --cached --stat")).stdout
+        assert "new.txt" in diff and len(diff.splitlines()) == 2

@@ -52,6 +52,19 @@ async def test_quick_commands_report_their_own_exit_code(make_spec: Any) -> None
         assert codes == [0] * 25 + [1] * 5
 
 
+async def test_warm_then_exec_and_warm_then_close(make_spec: Any) -> None:
+    async with await create_sandbox(make_spec()) as sb:
+        await sb.warm()
+        await sb.warm()  # idempotent
+        first = await sb.exec("echo $((6 * 7))")
+        assert first.ok and first.stdout == "42\n"
+    sb2 = await create_sandbox(make_spec())
+    await sb2.warm()
+    await sb2.close()  # closing while the warm-up may still run must neither hang nor leak
+    with pytest.raises(SandboxError):
+        await sb2.exec("true")
+
+
 async def test_env_and_cwd(make_spec: Any) -> None:
     async with await create_sandbox(make_spec(env={"FROM_SPEC": "a"})) as sb:
         await sb.write_file("sub/dir/f.txt", "x")

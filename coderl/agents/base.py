@@ -12,6 +12,7 @@ import importlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+from coderl.agents.baseline import BaselineCache
 from coderl.chat import ChatFormat
 from coderl.engine.base import Engine
 from coderl.engine.params import SamplingParams
@@ -40,6 +41,8 @@ class AgentContext:
     make_sandbox: Callable[[Task], Awaitable[Sandbox]]
     limits: AgentLimits = field(default_factory=AgentLimits)
     group_id: str = ""
+    baselines: BaselineCache = field(default_factory=BaselineCache)
+    """Task snapshots with their starting state committed (share one across a run's contexts)."""
 
 
 class AgentLoop(abc.ABC):

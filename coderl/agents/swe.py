@@ -8,9 +8,12 @@ collected on submit or when a limit ends the rollout.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import shlex
 
 from coderl.agents.base import AgentContext
+from coderl.agents.baseline import GIT_BASELINE
 from coderl.agents.tool_loop import ToolLoop
 from coderl.agents.tools import Tool, params
 from coderl.errors import SandboxError
@@ -21,10 +24,6 @@ SYSTEM = (
     "You fix a bug in the repository in the current directory. Look at the code, make the fix with the "
     "editing tools, optionally run the tests with bash, then call submit. One tool call per turn."
 )
-_BASELINE = (
-    "git init -q . && git add -A && "
-    "git -c user.email=agent@coderl -c user.name=agent commit -q --no-verify --allow-empty -m baseline"
-)
 
 
 class SWELoop(ToolLoop):
@@ -34,13 +33,13 @@ class SWELoop(ToolLoop):
     def __init__(self) -> None:
         super().__init__()
         self.sb: Sandbox | None = None
+        self._preparing: asyncio.Task[Sandbox] | None = None
         self.history: dict[str, list[str]] = {}
 
     async def open(self, task: Task, ctx: AgentContext) -> list[Tool]:
-        self.sb = await ctx.make_sandbox(task)
-        r = await self.sb.exec(_BASELINE, timeout=60)
-        if r.exit_code != 0:
-            raise SandboxError(f"could not record the starting state with git: {r.stderr[-300:]}")
+        # The sandbox is made in the background, while the engine samples the first turn (whose
+        # prompt does not depend on it); the first tool call waits for it.
+        self._preparing = asyncio.ensure_future(self._prepare(task, ctx))
         return [
             Tool("bash", "Run a shell command in the repository.", params(command="string"), self.bash),
             Tool("view", "Show a file with line numbers (optionally lines start..end), or list a folder.",
@@ -56,39 +55,65 @@ class SWELoop(ToolLoop):
             Tool("submit", "Submit your changes and finish.", params([]), lambda: "Submitted.", True),
         ]  # fmt: skip
 
-    def _box(self) -> Sandbox:
+    async def _prepare(self, task: Task, ctx: AgentContext) -> Sandbox:
+        """A sandbox holding the task's snapshot with its starting state committed to git."""
+        seeded = await ctx.baselines.task_with_baseline(task, ctx.make_sandbox)
+        sb = await ctx.make_sandbox(seeded or task)
+        try:
+            if seeded is None:
+                r = await sb.exec(GIT_BASELINE, timeout=120)
+                if r.exit_code != 0:
+                    raise SandboxError(f"could not record the starting state with git: {r.stderr[-300:]}")
+            await sb.warm()
+        except BaseException:
+            await sb.close()
+            raise
+        return sb
+
+    async def _box(self) -> Sandbox:
         if self.sb is None:
-            raise SandboxError("the swe loop has no sandbox (open() was not called)")
+            if self._preparing is None:
+                raise SandboxError("the swe loop has no sandbox (open() was not called)")
+            self.sb = await self._preparing
         return self.sb
 
     async def patch(self) -> str:
-        if self.sb is None:
+        if self.sb is None and self._preparing is None:
             return ""
-        r = await self.sb.exec("git add -A >/dev/null 2>&1; git diff --cached --no-color", timeout=60)
+        r = await (await self._box()).exec(
+            "git add -A >/dev/null 2>&1; git diff --cached --no-color", timeout=60
+        )
         return r.stdout if r.exit_code == 0 else ""
 
     async def close(self) -> None:
+        preparing, self._preparing = self._preparing, None
+        if self.sb is None and preparing is not None:
+            if not preparing.done():
+                preparing.cancel()
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                self.sb = await preparing
         if self.sb is not None:
             await self.sb.close()
             self.sb = None
 
     # ---------------------------------------------------------------- tools
     async def bash(self, command: str) -> str:
-        r = await self._box().exec(command, timeout=60)
+        r = await (await self._box()).exec(command, timeout=60)
         out = (r.stdout + (("\n" if r.stdout else "") + r.stderr if r.stderr else "")).rstrip()
         note = " (timed out after 60 s)" if r.timed_out else ""
         return f"{out}\n[exit code {r.exit_code}{note}]" if out else f"[exit code {r.exit_code}{note}]"
 
     async def _read(self, path: str) -> str | None:
+        box = await self._box()  # a sandbox that failed to start is an error, not a missing file
         try:
-            return (await self._box().read_file(path)).decode("utf-8", "replace")
+            return (await box.read_file(path)).decode("utf-8", "replace")
         except SandboxError:
             return None
 
     async def view(self, path: str, start: int = 1, end: int = 0) -> str:
         text = await self._read(path)
         if text is None:
-            r = await self._box().exec(f"ls -p {shlex.quote(path)}", timeout=30)
+            r = await (await self._box()).exec(f"ls -p {shlex.quote(path)}", timeout=30)
             return r.stdout if r.exit_code == 0 else f"Error: no file or folder {path!r}."
         lines = text.splitlines()
         end = end if end and end >= start else len(lines)
@@ -98,7 +123,7 @@ class SWELoop(ToolLoop):
 
     async def _write(self, path: str, new: str, old: str | None) -> None:
         self.history.setdefault(path, []).append(old if old is not None else "\0absent")
-        await self._box().write_file(path, new)
+        await (await self._box()).write_file(path, new)
 
     async def create(self, path: str, text: str) -> str:
         await self._write(path, text, await self._read(path))
@@ -132,18 +157,18 @@ class SWELoop(ToolLoop):
             return f"Error: no edit of {path} to undo."
         previous = stack.pop()
         if previous == "\0absent":
-            await self._box().exec(f"rm -f {shlex.quote(path)}")
+            await (await self._box()).exec(f"rm -f {shlex.quote(path)}")
         else:
-            await self._box().write_file(path, previous)
+            await (await self._box()).write_file(path, previous)
         return f"Undid the last edit of {path}."
 
     async def find_file(self, pattern: str) -> str:
-        r = await self._box().exec(
+        r = await (await self._box()).exec(
             f"find . -name {shlex.quote(pattern)} -not -path './.git/*' | head -50", timeout=30
         )
         return r.stdout.strip() or f"No files match {pattern!r}."
 
     async def search(self, text: str, path: str = ".") -> str:
         cmd = f"grep -rn --exclude-dir=.git -F -- {shlex.quote(text)} {shlex.quote(path)} | head -50"
-        r = await self._box().exec(cmd, timeout=30)
+        r = await (await self._box()).exec(cmd, timeout=30)
         return r.stdout.strip() or f"No matches for {text!r}."

@@ -22,6 +22,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from coderl.agents import AgentContext, AgentLimits
+from coderl.agents.baseline import BaselineCache
 from coderl.bench.report import command_line, machine_info, percentile, write_section
 from coderl.bench.scripted import ScriptedEngine
 from coderl.chat import ChatFormat
@@ -76,9 +77,11 @@ def _ctx_factory(chat: ChatFormat, spec: SandboxSpec, max_tokens: int, limits: A
     async def make_sandbox(task: Task) -> Sandbox:
         return await create_sandbox(spec.model_copy(update={"workspace": task.repo, "workdir": task.workdir}))
 
+    baselines = BaselineCache()
+
     def make(engine: Engine, group_id: str) -> AgentContext:
         return AgentContext(
-            engine, chat, SamplingParams(max_tokens=max_tokens), make_sandbox, limits, group_id
+            engine, chat, SamplingParams(max_tokens=max_tokens), make_sandbox, limits, group_id, baselines
         )
 
     return make

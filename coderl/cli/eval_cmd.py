@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from coderl.agents import AgentContext, AgentLimits
+from coderl.agents.baseline import BaselineCache
 from coderl.chat import ChatFormat
 from coderl.cli.common import config_from_args
 from coderl.config import Config
@@ -44,8 +45,10 @@ def context_factory(cfg: Config, chat: ChatFormat) -> Any:
             cfg.sandbox.model_copy(update={"workspace": task.repo, "workdir": task.workdir})
         )
 
+    baselines = BaselineCache()  # one per run: each snapshot's git baseline is made once
+
     def make(engine: Engine, group_id: str) -> AgentContext:
-        return AgentContext(engine, chat, sampling, make_sandbox, limits, group_id)
+        return AgentContext(engine, chat, sampling, make_sandbox, limits, group_id, baselines)
 
     return make
 

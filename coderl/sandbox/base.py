@@ -114,6 +114,11 @@ class Sandbox(abc.ABC):
     async def download(self, path: str, local_dir: str | Path) -> list[str]:
         """Copy a workspace folder (or file) to a local folder; returns the skipped entries (unsafe links)."""
 
+    async def warm(self) -> None:
+        """Get ready for many commands without waiting (bwrap starts its exec agent in the background,
+        so the first command does not pay for it). Other backends need nothing; never raises."""
+        return None
+
     @abc.abstractmethod
     async def close(self) -> None:
         """Kill everything inside and delete the workspace; idempotent."""

@@ -17,6 +17,7 @@ import contextlib
 import os
 import shutil
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +67,8 @@ class BwrapSandbox(LocalSandbox):
         self._agent_argv: list[str] = []
         self._oneshot_prefix: list[str] = []
         self._agent: AgentProcess | None = None
+        self._agent_lock = threading.Lock()
+        self._warming: asyncio.Future[None] | None = None
         self._execs = 0
 
     def _create_workspace(self) -> HostWorkspace:
@@ -88,9 +91,7 @@ class BwrapSandbox(LocalSandbox):
         return HostWorkspace(path, uid, uid)
 
     def _destroy_workspace(self, ws: HostWorkspace) -> None:
-        if self._agent is not None:
-            self._agent.kill()
-            self._agent = None
+        self._kill_agent()  # waits for an agent still starting in the background
         remove_tree(ws.root)
         if self._lease is not None:
             self._lease.release()
@@ -160,7 +161,7 @@ class BwrapSandbox(LocalSandbox):
         loop = asyncio.get_running_loop()
         async with self._lock:
             self._execs += 1
-            if self._execs == 1:
+            if self._execs == 1 and self._warming is None:
                 # A sandbox's first command runs in a one-shot bwrap (no agent to start): short-lived
                 # sandboxes (one command, then close) never pay for the agent.
                 argv = [
@@ -190,12 +191,27 @@ class BwrapSandbox(LocalSandbox):
                     await call
                 raise
 
+    async def warm(self) -> None:
+        if self._warming is None and not self._closed and self._ws is not None:
+            self._warming = asyncio.get_running_loop().run_in_executor(EXEC_POOL, self._warm_agent)
+
+    def _warm_agent(self) -> None:
+        with contextlib.suppress(Exception):  # a failed start is retried (and reported) by the next exec
+            self._ensure_agent()
+
+    def _ensure_agent(self) -> AgentProcess:
+        with self._agent_lock:
+            if self._agent is None or not self._agent.alive:
+                if self._closed:
+                    raise SandboxError(f"sandbox {self.id} is closed")
+                self._agent = AgentProcess(self._agent_argv)
+            return self._agent
+
     def _call(self, request: dict[str, Any], deadline_s: float) -> ExecResult:
         """In a worker thread: (re)start the agent if needed and run one request through it."""
-        if self._agent is None or not self._agent.alive:
-            self._agent = AgentProcess(self._agent_argv)
+        agent = self._ensure_agent()
         try:
-            return self._agent.call(request, deadline_s)
+            return agent.call(request, deadline_s)
         except AgentDied:
             self._kill_agent()
             return ExecResult(
@@ -207,6 +223,7 @@ class BwrapSandbox(LocalSandbox):
             )
 
     def _kill_agent(self) -> None:
-        if self._agent is not None:
-            self._agent.kill()
-            self._agent = None
+        with self._agent_lock:
+            if self._agent is not None:
+                self._agent.kill()
+                self._agent = None

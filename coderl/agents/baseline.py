@@ -1,0 +1,83 @@
+"""Task snapshots with a git baseline commit, made once per snapshot and reused by its rollouts.
+
+The ``swe`` loop's patch is the repository's diff against its starting state, so that state is
+committed to git first. Doing that in every rollout costs several processes each (``git init``,
+``add``, ``commit``); here it happens once per snapshot, inside a sandbox (the snapshot's contents are
+never run through git on the host), and the result, ``.git`` included, is copied out to a host
+folder that seeds every later sandbox of the same task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import dataclasses
+import hashlib
+import shutil
+import tempfile
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from coderl.errors import SandboxError
+from coderl.sandbox import Sandbox
+from coderl.types import Task
+
+GIT_BASELINE = (
+    "git init -q --template= . && git add -A && "
+    "git -c user.email=agent@coderl -c user.name=agent commit -q --no-verify --allow-empty -m baseline"
+)
+
+MakeSandbox = Callable[[Task], Awaitable[Sandbox]]
+
+
+class BaselineCache:
+    """Per-process cache: task snapshot -> host folder holding it with a committed ``.git``."""
+
+    def __init__(self) -> None:
+        self._root: Path | None = None
+        self._ready: dict[str, Path | None] = {}
+        self._building: dict[str, asyncio.Future[Path | None]] = {}
+
+    def _folder(self) -> Path:
+        if self._root is None:
+            self._root = Path(tempfile.mkdtemp(prefix="coderl-baselines-"))
+            atexit.register(shutil.rmtree, self._root, True)
+        return self._root
+
+    async def task_with_baseline(self, task: Task, make_sandbox: MakeSandbox) -> Task | None:
+        """``task`` with its ``repo`` replaced by the snapshot + baseline commit (built on first use);
+        None when the snapshot cannot be copied faithfully (links out of it, fifos): the caller then
+        records the baseline in its own sandbox."""
+        key = f"{Path(task.repo).resolve()}|{task.workdir}"
+        if key in self._ready:
+            ready = self._ready[key]
+        else:
+            building = self._building.get(key)
+            if building is None:
+                building = asyncio.ensure_future(self._build(task, make_sandbox, key))
+                self._building[key] = building
+            try:
+                ready = await asyncio.shield(building)
+            finally:
+                if building.done():
+                    self._building.pop(key, None)
+        return None if ready is None else dataclasses.replace(task, repo=ready)
+
+    async def _build(self, task: Task, make_sandbox: MakeSandbox, key: str) -> Path | None:
+        dest = self._folder() / hashlib.sha256(key.encode()).hexdigest()[:16]
+        sb = await make_sandbox(task)
+        try:
+            r = await sb.exec(GIT_BASELINE, timeout=120)
+            if r.exit_code != 0:
+                raise SandboxError(f"could not record the starting state with git: {r.stderr[-300:]}")
+            tmp = dest.with_name(dest.name + ".tmp")
+            shutil.rmtree(tmp, ignore_errors=True)
+            if await sb.download(".", tmp):  # skipped entries: the copy would not be faithful
+                shutil.rmtree(tmp, ignore_errors=True)
+                self._ready[key] = None
+                return None
+            tmp.rename(dest)
+        finally:
+            await sb.close()
+        self._ready[key] = dest
+        return dest
