@@ -161,14 +161,14 @@ class PackedDecoder:
         q = q * cos + _rotate_half(q) * sin  # [N, H, D]
         k = k * cos + _rotate_half(k) * sin  # [N, KVH, D]
         outs = [
-            F.scaled_dot_product_attention(
-                q[start:end].transpose(0, 1),  # [H, n, D]
-                k[start:end].transpose(0, 1),  # [KVH, n, D]
-                v[start:end].transpose(0, 1),  # [KVH, n, D]
+            F.scaled_dot_product_attention(  # 4-D like HF's call: the 3-D kernel rounds differently
+                q[None, start:end].transpose(1, 2),  # [1, H, n, D]
+                k[None, start:end].transpose(1, 2),  # [1, KVH, n, D]
+                v[None, start:end].transpose(1, 2),  # [1, KVH, n, D]
                 is_causal=end - start > 1,
                 scale=self.scale,
                 enable_gqa=H != KVH,
-            ).transpose(0, 1)  # [n, H, D]
+            )[0].transpose(0, 1)  # [n, H, D]
             for start, end in spans
             if end > start
         ]

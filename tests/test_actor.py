@@ -1,0 +1,275 @@
+"""The trainer's actor on the real default model: packed log-probs against an independent HF forward
+and the engine, gradient accumulation, LoRA, checkpoints and weight sync."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from coderl.checkpoint import load_model
+from coderl.engine import SamplingParams
+from coderl.engine.embedded import EmbeddedEngine
+from coderl.errors import ConfigError
+from coderl.train import Actor, ActorConfig
+from coderl.train.packing import split_micro_batches
+from tests.conftest import hf_logprobs
+
+ANSWERS = [
+    "Sure!",
+    "def square(x):\n    return x * x\n",
+    "A race condition happens when two threads read and write shared state and the result depends on "
+    "timing. Wrap the update in `with lock:` so only one thread changes the counter at a time.",
+    "git status, git add and git commit.",
+]
+
+
+@pytest.fixture(scope="module")
+def batch(chat_prompts: list[list[int]], tokenizer: Any) -> tuple[list[list[int]], list[int]]:
+    """Chat prompts with answers of different lengths; scoring starts at each answer."""
+    answers = [tokenizer(a, add_special_tokens=False)["input_ids"] for a in ANSWERS]
+    sequences = [p + a for p, a in zip(chat_prompts, answers, strict=True)]
+    return sequences, [len(p) for p in chat_prompts]
+
+
+def make_actor(**overrides: Any) -> Actor:
+    actor = Actor(ActorConfig(device="cpu", seed=0, **overrides))
+    actor.setup()
+    return actor
+
+
+def nll_loss(sequences: list[list[int]], starts: list[int]) -> Any:
+    """-mean logprob over all scored tokens of the batch (a global normaliser, as the loop passes)."""
+    total = sum(len(s) - st for s, st in zip(sequences, starts, strict=True))
+
+    def loss_fn(
+        indices: list[int], logprobs: list[torch.Tensor], entropy: list[torch.Tensor] | None
+    ) -> torch.Tensor:
+        return -torch.cat(logprobs).sum() / total
+
+    return loss_fn
+
+
+def test_micro_batch_split_and_batch_checks() -> None:
+    # forwarded tokens are length - 1: [4, 4, 9, 1] against a budget of 8
+    assert split_micro_batches([5, 5, 10, 2], 8) == [[0, 1], [2], [3]]
+    # padded cost = rows x longest row: [4, 1] costs 8, adding a 4 costs 12
+    assert split_micro_batches([5, 2, 5], 8, padded=True) == [[0, 1], [2]]
+    actor = Actor(ActorConfig(device="cpu"))
+    with pytest.raises(ConfigError, match="start"):
+        actor.score([[1, 2, 3]], [0], 1.0)
+    with pytest.raises(ConfigError, match="starts"):
+        actor.score([[1, 2, 3]], [1, 2], 1.0)
+
+
+def test_lr_schedule_warmup_then_cosine() -> None:
+    with pytest.raises(ValueError, match="total_steps"):
+        ActorConfig(lr_schedule="cosine")
+    cfg = ActorConfig(lr_schedule="cosine", warmup_steps=2, total_steps=6, min_lr_ratio=0.0)
+    factor = Actor(cfg)._lr_lambda()
+    assert [factor(s) for s in range(7)] == pytest.approx(
+        [0.5, 1.0, 1.0, 0.5 + 0.5 * math.cos(math.pi / 4), 0.5, 0.5 - 0.5 * math.cos(math.pi / 4), 0.0]
+    )
+    linear = Actor(ActorConfig(lr_schedule="linear", total_steps=4, min_lr_ratio=0.5))._lr_lambda()
+    assert [linear(s) for s in range(5)] == pytest.approx([1.0, 0.875, 0.75, 0.625, 0.5])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("budget", [4096, 100])
+def test_packed_logprobs_match_hf_forward(batch: Any, hf_model: Any, budget: int) -> None:
+    sequences, starts = batch
+    actor = make_actor(micro_batch_tokens=budget)
+    assert len(actor._groups(sequences)) == (1 if budget == 4096 else 3)  # [[0, 1], [2], [3]]
+    for temperature in (1.0, 0.7):
+        scored = actor.score(sequences, starts, temperature)
+        for seq, start, s in zip(sequences, starts, scored, strict=True):
+            expected = torch.tensor(hf_logprobs(hf_model, seq[:start], seq[start:], temperature))
+            assert s.logprobs.dtype == torch.float32 and s.logprobs.shape == expected.shape
+            assert s.entropy is None
+            assert torch.allclose(s.logprobs, expected, atol=1e-5, rtol=0)
+
+
+@pytest.mark.slow
+def test_padded_path_and_entropy_match(batch: Any, hf_model: Any) -> None:
+    sequences, starts = batch
+    packed = make_actor().score(sequences, starts, 0.7, with_entropy=True)
+    # one sequence per padded batch: HF's plain forward, same kernels as the packed path
+    alone = make_actor(packing=False, micro_batch_tokens=100).score(sequences, starts, 0.7)
+    # all four in one padded batch: HF switches to a masked attention kernel, which rounds differently
+    padded = make_actor(packing=False, micro_batch_tokens=400).score(
+        sequences, starts, 0.7, with_entropy=True
+    )
+    for seq, start, p, a, q in zip(sequences, starts, packed, alone, padded, strict=True):
+        assert torch.allclose(p.logprobs, a.logprobs, atol=1e-6, rtol=0)
+        assert torch.allclose(p.logprobs, q.logprobs, atol=5e-5, rtol=0)
+        assert p.entropy is not None and q.entropy is not None
+        assert torch.allclose(p.entropy, q.entropy, atol=1e-4, rtol=0)
+        with torch.no_grad():
+            logits = hf_model(torch.tensor([seq])).logits[0, start - 1 : -1] / 0.7  # [n, V]
+        probs = torch.softmax(logits, dim=-1)  # [n, V]
+        expected = -(probs * torch.log_softmax(logits, dim=-1)).sum(-1)  # [n]
+        assert torch.allclose(p.entropy, expected, atol=1e-4, rtol=0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+async def test_logprobs_match_the_engine(
+    engine: EmbeddedEngine, chat_prompts: list[list[int]], temperature: float
+) -> None:
+    actor = make_actor(micro_batch_tokens=256)
+    params = SamplingParams(max_tokens=24, temperature=temperature, seed=11)
+    completions = [await engine.generate(p, params) for p in chat_prompts[:3]]
+    sequences = [p + c.token_ids for p, c in zip(chat_prompts, completions, strict=False)]
+    scored = actor.score(sequences, [len(p) for p in chat_prompts[:3]], temperature)
+    diffs = torch.cat(
+        [s.logprobs - torch.tensor(c.logprobs) for s, c in zip(scored, completions, strict=True)]
+    ).abs()
+    assert diffs.mean() < 1e-4, diffs.mean()
+
+
+@pytest.mark.slow
+def test_train_step_lowers_the_loss(batch: Any) -> None:
+    sequences, starts = batch
+    actor = make_actor(lr=1e-4, micro_batch_tokens=100, lr_schedule="linear", total_steps=10)
+    loss_fn = nll_loss(sequences, starts)
+    first = actor.train_step(sequences, starts, 1.0, loss_fn, with_entropy=True)
+    second = actor.train_step(sequences, starts, 1.0, loss_fn)
+    assert second["loss"] < first["loss"]
+    assert actor.step == 2
+    assert first["lr"] == pytest.approx(1e-4) and second["lr"] == pytest.approx(0.9e-4)
+    assert first["micro_batches"] > 1 and first["skipped"] == 0.0
+    assert first["trained_tokens"] == sum(len(s) - st for s, st in zip(sequences, starts, strict=True))
+    assert first["tokens"] == sum(len(s) - 1 for s in sequences)
+    assert first["grad_norm"] > 0 and first["tokens_per_s"] > 0 and first["step_s"] > 0
+
+
+@pytest.mark.slow
+def test_gradient_accumulation_equals_one_micro_batch(batch: Any) -> None:
+    sequences, starts = batch
+    actor = make_actor(micro_batch_tokens=4096)
+    # In float32, sums over a different set of rows round differently: layer-norm weight gradients
+    # (sums over every token, with cancellation) then differ by ~1e-4 relative. float64 isolates the
+    # accumulation logic from that rounding; the logprobs themselves are still taken in float32.
+    actor.model.double()
+    loss_fn = nll_loss(sequences, starts)
+    whole = actor.compute_grads(sequences, starts, 1.0, loss_fn)
+    one = {n: p.grad.clone() for n, p in actor.trainable_parameters() if p.grad is not None}
+    actor.optimizer.zero_grad(set_to_none=True)  # type: ignore[union-attr]
+    actor.cfg.micro_batch_tokens = 100
+    split = actor.compute_grads(sequences, starts, 1.0, loss_fn)
+    assert whole["micro_batches"] == 1 and split["micro_batches"] == 3
+    assert split["loss"] == pytest.approx(whole["loss"], abs=1e-6)
+    accumulated = {n: p.grad for n, p in actor.trainable_parameters() if p.grad is not None}
+    assert accumulated.keys() == one.keys() and len(one) > 100
+    worst = max(float((accumulated[n] - g).abs().max()) for n, g in one.items())
+    assert worst < 1e-7
+
+
+@pytest.mark.slow
+def test_lora_trains_adapters_only_and_syncs_merged_weights(
+    batch: Any, hf_model: Any, checkpoint: Path
+) -> None:
+    sequences, starts = batch
+    actor = make_actor(lora_rank=8, lora_alpha=16, lr=2e-3, micro_batch_tokens=200)
+    trainable = actor.trainable_parameters()
+    assert trainable and all(".lora_" in n for n, _ in trainable)
+    frozen = {n: p.detach().clone() for n, p in actor.model.named_parameters() if not p.requires_grad}
+    for _ in range(3):
+        actor.train_step(sequences, starts, 1.0, nll_loss(sequences, starts))
+    assert all(torch.equal(p, frozen[n]) for n, p in actor.model.named_parameters() if not p.requires_grad)
+
+    policy = actor.score(sequences, starts, 1.0)
+    reference = actor.score(sequences, starts, 1.0, reference=True)
+    for seq, start, pol, ref in zip(sequences, starts, policy, reference, strict=True):
+        base = torch.tensor(hf_logprobs(hf_model, seq[:start], seq[start:]))
+        assert torch.allclose(ref.logprobs, base, atol=1e-5, rtol=0)
+        assert not torch.allclose(pol.logprobs, base, atol=1e-3)  # the adapters did learn something
+
+    state = actor.state_dict_for_engine()
+    expected = hf_model.state_dict()
+    assert state.keys() == expected.keys()
+    assert all(state[k].shape == expected[k].shape for k in expected)
+    fresh = load_model(checkpoint, torch.float32, "cpu")
+    fresh.load_state_dict(state)
+    for seq, start, pol in zip(sequences, starts, policy, strict=True):
+        synced = torch.tensor(hf_logprobs(fresh, seq[:start], seq[start:]))
+        assert torch.allclose(pol.logprobs, synced, atol=1e-4, rtol=0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lora_rank", [0, 4])
+def test_save_load_resumes_bit_for_bit(batch: Any, tmp_path: Path, lora_rank: int) -> None:
+    sequences, starts = batch
+    first, second = (sequences[:2], starts[:2]), (sequences[2:], starts[2:])
+    cfg: dict[str, Any] = dict(
+        lora_rank=lora_rank,
+        lora_dropout=0.1 if lora_rank else 0.0,
+        lr=1e-3,
+        warmup_steps=3,
+        micro_batch_tokens=100,
+    )
+    actor = make_actor(**cfg)
+    actor.train_step(*first, 1.0, nll_loss(*first))
+    actor.save(tmp_path / "ckpt")
+    actor.save(tmp_path / "ckpt")  # overwriting an existing checkpoint works too
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]
+    straight = actor.train_step(*second, 1.0, nll_loss(*second))
+
+    resumed = Actor(
+        ActorConfig(device="cpu", seed=123, **cfg)
+    )  # another seed: everything comes from the file
+    resumed.load(tmp_path / "ckpt")
+    assert resumed.step == 1
+    again = resumed.train_step(*second, 1.0, nll_loss(*second))
+    assert again["lr"] == straight["lr"] and again["grad_norm"] == straight["grad_norm"]
+    ours = dict(actor.trainable_parameters())
+    for name, p in resumed.trainable_parameters():
+        assert torch.equal(p, ours[name]), name
+
+
+@pytest.mark.slow
+async def test_engine_matches_actor_after_weight_sync(
+    engine: EmbeddedEngine, batch: Any, chat_prompts: list[list[int]], checkpoint: Path
+) -> None:
+    sequences, starts = batch
+    actor = make_actor(lr=1e-4, micro_batch_tokens=400)
+    for _ in range(2):
+        actor.train_step(sequences, starts, 1.0, nll_loss(sequences, starts))
+    try:
+        await engine.update_weights(actor.state_dict_for_engine())
+        params = SamplingParams(max_tokens=16, temperature=0.8, seed=3)
+        completions = [await engine.generate(p, params) for p in chat_prompts[:2]]
+        scored = actor.score(
+            [p + c.token_ids for p, c in zip(chat_prompts, completions, strict=False)],
+            [len(p) for p in chat_prompts[:2]],
+            0.8,
+        )
+        diffs = torch.cat(
+            [s.logprobs - torch.tensor(c.logprobs) for s, c in zip(scored, completions, strict=True)]
+        ).abs()
+        assert diffs.mean() < 1e-4, diffs.mean()
+    finally:
+        await engine.update_weights(load_model(checkpoint, torch.float32, "cpu").state_dict())
+
+
+@pytest.mark.slow
+def test_bfloat16_keeps_float32_master_weights(batch: Any) -> None:
+    sequences, starts = batch
+    sequences, starts = sequences[:2], starts[:2]
+    exact = make_actor().score(sequences, starts, 1.0)
+    actor = make_actor(dtype="bfloat16", reference=True, lr=1e-4)
+    approx = actor.score(sequences, starts, 1.0, with_entropy=True)
+    ref_before = actor.score(sequences, starts, 1.0, reference=True)
+    for e, a in zip(exact, approx, strict=True):
+        assert (
+            a.logprobs.dtype == torch.float32 and a.entropy is not None and a.entropy.dtype == torch.float32
+        )
+        assert (a.logprobs - e.logprobs).abs().mean() < 0.1
+    metrics = actor.train_step(sequences, starts, 1.0, nll_loss(sequences, starts))
+    assert math.isfinite(metrics["grad_norm"]) and metrics["skipped"] == 0.0
+    assert all(p.dtype == torch.float32 for _, p in actor.trainable_parameters())
+    ref_after = actor.score(sequences, starts, 1.0, reference=True)  # the frozen bf16 copy did not move
+    assert all(torch.equal(r.logprobs, b.logprobs) for r, b in zip(ref_after, ref_before, strict=True))
