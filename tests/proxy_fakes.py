@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
@@ -25,8 +26,9 @@ class FakeEngine(Engine):
 
     name = "fake"
 
-    def __init__(self, tokenizer: Any, replies: list[Any] | None = None) -> None:
+    def __init__(self, tokenizer: Any, replies: list[Any] | None = None, latency_s: float = 0.0) -> None:
         self.tokenizer = tokenizer
+        self.latency_s = latency_s
         self.replies: list[Any] = list(replies or [])
         self.prompts: list[list[int]] = []
         self.params: list[SamplingParams] = []
@@ -57,6 +59,8 @@ class FakeEngine(Engine):
         self.prompts.append(list(prompt_ids))
         self.params.append(params)
         reply = self.replies[n] if n < len(self.replies) else "ok"
+        if self.latency_s:
+            await asyncio.sleep(self.latency_s)
         if isinstance(reply, BaseException):
             raise reply
         if isinstance(reply, str):

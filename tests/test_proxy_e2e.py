@@ -69,7 +69,7 @@ def test_sdks_against_the_real_engine(tokenizer: Any, hf_model: Any, tmp_path: P
             {"role": "system", "content": "You are a coding assistant. Use the bash tool."},
             {"role": "user", "content": "List the Python files in the current directory."},
         ]
-        kwargs: dict[str, Any] = {"model": "smol", "tools": OPENAI_TOOLS, "max_tokens": 40, "seed": 1}
+        kwargs: dict[str, Any] = {"model": "smol", "tools": OPENAI_TOOLS, "max_tokens": 24, "seed": 1}
         stream = oa.chat.completions.create(
             messages=messages, stream=True, stream_options={"include_usage": True}, **kwargs
         )
@@ -101,13 +101,13 @@ def test_sdks_against_the_real_engine(tokenizer: Any, hf_model: Any, tmp_path: P
 
         an = anthropic.Anthropic(base_url=s["anthropic_base_url"], api_key=s["secret"], max_retries=2)
         conv: list[Any] = [{"role": "user", "content": "Say hello in French."}]
-        with an.messages.stream(model="smol", max_tokens=24, messages=conv, tools=ANTHROPIC_TOOLS) as st:
+        with an.messages.stream(model="smol", max_tokens=16, messages=conv, tools=ANTHROPIC_TOOLS) as st:
             first_msg = st.get_final_message()
         conv += [
             {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in first_msg.content]},
             {"role": "user", "content": "And in Spanish?"},
         ]
-        an.messages.create(model="smol", max_tokens=24, messages=conv, tools=ANTHROPIC_TOOLS)
+        an.messages.create(model="smol", max_tokens=16, messages=conv, tools=ANTHROPIC_TOOLS)
 
         rec = admin(base, "GET", f"/sessions/{s['id']}")
         c1, c2, c3, c4 = rec["calls"]
@@ -163,10 +163,10 @@ def test_sigkill_and_restart_lose_no_completed_call(tmp_path: Path) -> None:
         h = {"Authorization": f"Bearer {s['secret']}"}
         url = f"{base}/s/{s['id']}/v1/chat/completions"
         msgs: list[Any] = [{"role": "user", "content": "Count to three."}]
-        body = {"messages": msgs, "max_tokens": 8, "seed": 5}
+        body = {"messages": msgs, "max_tokens": 4, "seed": 5}
         r1 = httpx.post(url, json=body, headers=h, timeout=120).json()
         msgs = [*msgs, r1["choices"][0]["message"], {"role": "user", "content": "Again."}]
-        body2 = {"messages": msgs, "max_tokens": 8, "seed": 6}
+        body2 = {"messages": msgs, "max_tokens": 4, "seed": 6}
         r2 = httpx.post(url, json=body2, headers=h, timeout=120).json()
         before = admin(base, "GET", f"/sessions/{s['id']}")
         proc.send_signal(signal.SIGKILL)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -161,6 +162,21 @@ async def test_retries_are_answered_from_the_record(chat: ChatFormat, tmp_path: 
         )
         assert len(engine.prompts) == 2
         assert len((await record(client, s["id"]))["calls"]) == 2
+
+
+async def test_a_retry_while_the_first_attempt_runs_shares_its_answer(
+    chat: ChatFormat, tmp_path: Path
+) -> None:
+    engine = FakeEngine(chat.tokenizer, ["slow answer", "other"], latency_s=0.2)
+    async with proxy_client(chat, engine, tmp_path / "p.db") as (client, _):
+        s = await new_session(client)
+        body = {"messages": [{"role": "user", "content": "x"}]}
+        post = client.post(url(s, "/chat/completions"), json=body, headers=auth(s))
+        first, retry = await asyncio.gather(
+            post, client.post(url(s, "/chat/completions"), json=body, headers=auth(s))
+        )
+        assert first.json() == retry.json() and len(engine.prompts) == 1
+        assert {first.headers["x-coderl-replayed"], retry.headers["x-coderl-replayed"]} == {"true", "false"}
 
 
 async def test_streaming_through_the_openai_sdk(chat: ChatFormat, tmp_path: Path) -> None:
