@@ -133,6 +133,12 @@ def openai_tools(tools: list[AnthropicTool] | None) -> list[dict[str, Any]] | No
     ]
 
 
+def extra_seed(body: MessagesRequest) -> int | None:
+    """Anthropic has no seed; an integer ``seed`` sent anyway (a coderl extension) is honoured."""
+    seed = (body.model_extra or {}).get("seed")
+    return seed % SEED_MOD if isinstance(seed, int) and not isinstance(seed, bool) else None
+
+
 def stop_reason(row: CallRow) -> str:
     r = row.result
     if r["tool_calls"]:
@@ -225,9 +231,7 @@ def anthropic_router(service: ProxyService) -> APIRouter:
             temperature=1.0 if body.temperature is None else body.temperature,
             top_p=1.0 if body.top_p is None else body.top_p,
             top_k=body.top_k or 0,
-            seed=None
-            if body.model_extra is None or not isinstance(body.model_extra.get("seed"), int)
-            else body.model_extra["seed"] % SEED_MOD,
+            seed=extra_seed(body),
         )
         req = CallRequest(
             api="messages",

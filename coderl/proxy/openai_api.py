@@ -275,13 +275,14 @@ def openai_router(service: ProxyService) -> APIRouter:
         session = service.agent_session(request, session_id)
         messages = [m.model_dump(exclude_none=True, exclude_unset=False) for m in body.messages]
         tools = [t.model_dump(exclude_none=True) for t in body.tools] if body.tools else None
+        raw = await request.body()
         req = CallRequest(
             api="chat",
             params=sampling_params(
                 body, body.max_completion_tokens or body.max_tokens, cfg.default_max_tokens
             ),
-            body=(await request.body()).decode("utf-8", "replace"),
-            request_key=request_key("chat", await request.body(), idempotency_key),
+            body=raw.decode("utf-8", "replace"),
+            request_key=request_key("chat", raw, idempotency_key),
             messages=messages,
             tools=tools,
             parse_tools=bool(tools) and body.tool_choice != "none",

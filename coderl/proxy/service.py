@@ -214,7 +214,9 @@ class ProxyService:
             vocab = len(self.chat.tokenizer)
             bad = [i for i in req.prompt if not 0 <= i < vocab]
             if bad:
-                raise ApiError(400, f"token id {bad[0]} is outside the vocabulary [0, {vocab})", param="prompt")
+                raise ApiError(
+                    400, f"token id {bad[0]} is outside the vocabulary [0, {vocab})", param="prompt"
+                )
             return list(req.prompt), [], "", None
         text = req.prompt or ""
         best: CallRow | None = None

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from coderl.errors import ProxyError
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
   id TEXT PRIMARY KEY,
@@ -163,8 +165,7 @@ class Store:
     @property
     def conn(self) -> sqlite3.Connection:
         if self._conn is None:
-            self.open()
-        assert self._conn is not None
+            raise ProxyError(f"the proxy record {self.path} is closed; call Store.open() first")
         return self._conn
 
     # ------------------------------------------------------------------ sessions
