@@ -170,6 +170,17 @@ def test_gradient_accumulation_equals_one_micro_batch(batch: Any) -> None:
 
 
 @pytest.mark.slow
+def test_gradient_checkpointing_gives_the_same_gradients(batch: Any) -> None:
+    sequences, starts = batch[0][:2], batch[1][:2]
+    grads = []
+    for checkpointing in (False, True):
+        actor = make_actor(gradient_checkpointing=checkpointing)
+        actor.compute_grads(sequences, starts, 1.0, nll_loss(sequences, starts))
+        grads.append({n: p.grad for n, p in actor.trainable_parameters()})
+    assert all(torch.equal(grads[0][n], g) for n, g in grads[1].items())
+
+
+@pytest.mark.slow
 def test_lora_trains_adapters_only_and_syncs_merged_weights(
     batch: Any, hf_model: Any, checkpoint: Path
 ) -> None:
