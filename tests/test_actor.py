@@ -132,9 +132,9 @@ async def test_logprobs_match_the_engine(
 
 
 @pytest.mark.slow
-def test_train_step_lowers_the_loss(batch: Any) -> None:
+def test_train_step_lowers_the_loss(batch: Any, hf_model: Any) -> None:
     sequences, starts = batch
-    actor = make_actor(lr=1e-4, micro_batch_tokens=100, lr_schedule="linear", total_steps=10)
+    actor = make_actor(lr=1e-4, micro_batch_tokens=100, lr_schedule="linear", total_steps=10, reference=True)
     loss_fn = nll_loss(sequences, starts)
     first = actor.train_step(sequences, starts, 1.0, loss_fn, with_entropy=True)
     second = actor.train_step(sequences, starts, 1.0, loss_fn)
@@ -145,6 +145,12 @@ def test_train_step_lowers_the_loss(batch: Any) -> None:
     assert first["trained_tokens"] == sum(len(s) - st for s, st in zip(sequences, starts, strict=True))
     assert first["tokens"] == sum(len(s) - 1 for s in sequences)
     assert first["grad_norm"] > 0 and first["tokens_per_s"] > 0 and first["step_s"] > 0
+    # the frozen reference copy still scores as the base model
+    seq, start = sequences[1], starts[1]
+    reference = actor.score([seq], [start], 1.0, reference=True)[0].logprobs
+    assert torch.allclose(reference, torch.tensor(hf_logprobs(hf_model, seq[:start], seq[start:])), atol=1e-5)
+    with pytest.raises(ConfigError, match="reference"):
+        make_actor().score([seq], [start], 1.0, reference=True)
 
 
 @pytest.mark.slow

@@ -13,9 +13,7 @@ from coderl.errors import CoderlError
 Handler = Callable[[argparse.Namespace], int]
 
 # Subcommands whose capability is not built yet, with the issue that builds it.
-NOT_BUILT = {
-    "train": ("the RL training loop", 6),
-}
+NOT_BUILT: dict[str, tuple[str, int]] = {}
 NOT_BUILT_SERVE: dict[str, tuple[str, int]] = {}
 NOT_BUILT_BENCH = {
     "proxy": ("proxy benchmarks", 5),
@@ -60,6 +58,17 @@ def build_parser() -> argparse.ArgumentParser:
         _config_args(p)
         p.set_defaults(func=_not_built(what, issue))
 
+    p = sub.add_parser(
+        "train",
+        help="the main job: RL on train.tasks (rollout -> grade -> advantages -> update -> sync), report.html",
+        description="Train the policy with RL. With no config file the packaged defaults run (coderl/configs/"
+        "train.yaml: SmolLM2-135M, swe agent, bundled warmup+easy, GRPO, 10 steps).",
+    )
+    _config_args(p)
+    p.add_argument(
+        "--resume", metavar="RUN_DIR", help="continue a run (after a crash or kill -9) from its newest checkpoint"
+    )
+    p.set_defaults(func=_lazy("coderl.cli.train_cmd", "run_train"))
     p = sub.add_parser(
         "eval", help="roll out tasks.source with rollout.agent, grade, write report.json (pass@k)"
     )

@@ -25,9 +25,13 @@ def load_config(
     path: str | Path | None = None,
     overrides: Sequence[str] = (),
     env: Mapping[str, str] | None = None,
+    defaults: str | Path | None = None,
 ) -> Config:
-    """Resolve the config: defaults < YAML file at ``path`` < ``env`` (default os.environ) < ``overrides``."""
+    """Resolve the config: built-in defaults < a command's ``defaults`` YAML < YAML file at ``path`` <
+    ``env`` (default os.environ) < ``overrides``."""
     data: dict[str, Any] = {}
+    if defaults is not None:
+        _merge(data, _read_yaml(Path(defaults)))
     if path is not None:
         _merge(data, _read_yaml(Path(path)))
     for key, raw in _env_items(os.environ if env is None else env):

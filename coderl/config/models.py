@@ -13,7 +13,10 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from coderl.proxy.config import ProxyConfig
+from coderl.rl.config import AlgoConfig
 from coderl.sandbox.base import SandboxSpec
+from coderl.train.config import ActorConfig
+from coderl.train.settings import TrainConfig
 
 
 class Section(BaseModel):
@@ -135,3 +138,6 @@ class Config(Section):
     tasks: TasksConfig = TasksConfig()
     rollout: RolloutConfig = RolloutConfig()
     proxy: ProxyConfig = ProxyConfig()
+    train: TrainConfig = TrainConfig()
+    algo: AlgoConfig = AlgoConfig()
+    actor: ActorConfig = ActorConfig()

@@ -1,6 +1,5 @@
-"""The trainer: the actor (policy model, packed log-probs, optimizer) and, around it, the training loop."""
+"""The trainer: the actor (policy model, packed log-probs, optimizer) and the training loop around it.
 
-from coderl.train.actor import Actor, Scored
-from coderl.train.config import ActorConfig
-
-__all__ = ["Actor", "ActorConfig", "Scored"]
+Import from the modules (``coderl.train.actor.Actor``, ``coderl.train.loop.Trainer``): this package is
+imported by the config schema (its ``ActorConfig`` / ``TrainConfig`` sections), so it stays light.
+"""

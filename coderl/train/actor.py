@@ -34,7 +34,7 @@ from coderl.engine.runner import SUPPORTED_MODEL_TYPES
 from coderl.engine.sampler import effective_temperature, token_logprobs
 from coderl.errors import ConfigError, ModelError
 from coderl.train.config import ActorConfig
-from coderl.train.packing import PackedDecoder, check_batch, pack, split_micro_batches
+from coderl.train.packing import PackedDecoder, check_batch, pack, padded_logits, split_micro_batches
 
 log = logging.getLogger(__name__)
 
@@ -219,30 +219,13 @@ class Actor:
                 logits = model.lm_head(hidden)  # [M, V]
                 forwarded = batch.num_tokens
             else:
-                logits, forwarded = self._padded_logits(model, sequences, starts)  # [M, V]
+                logits, forwarded = padded_logits(model, sequences, starts, self.device)  # [M, V]
         logits = logits.float()  # [M, V]
         logprobs = token_logprobs(logits, batch.targets, temperature)  # [M]
         entropy = entropy_from_logits(logits, temperature) if with_entropy else None  # [M]
         lps = list(logprobs.split(batch.counts))
         ents = list(entropy.split(batch.counts)) if entropy is not None else None
         return lps, ents, forwarded
-
-    def _padded_logits(
-        self, model: Any, sequences: list[list[int]], starts: list[int]
-    ) -> tuple[torch.Tensor, int]:
-        """Logits of the scored rows via one right-padded plain HF forward; also the tokens computed."""
-        width = max(len(s) - 1 for s in sequences)
-        ids = torch.zeros((len(sequences), width), dtype=torch.long)  # [B, W]
-        mask = torch.zeros((len(sequences), width), dtype=torch.long)  # [B, W]
-        for i, seq in enumerate(sequences):
-            ids[i, : len(seq) - 1] = torch.tensor(seq[:-1], dtype=torch.long)
-            mask[i, : len(seq) - 1] = 1
-        out = model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device), use_cache=False)
-        rows = [
-            out.logits[i, start - 1 : len(seq) - 1]  # [n_i, V]
-            for i, (seq, start) in enumerate(zip(sequences, starts, strict=True))
-        ]
-        return torch.cat(rows, dim=0), len(sequences) * width  # [M, V]
 
     def _groups(self, sequences: list[list[int]]) -> list[list[int]]:
         lengths = [len(s) for s in sequences]

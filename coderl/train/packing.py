@@ -103,6 +103,27 @@ def split_micro_batches(lengths: list[int], budget: int, padded: bool = False) -
     return groups
 
 
+def padded_logits(
+    model: Any, sequences: list[list[int]], starts: list[int], device: torch.device
+) -> tuple[torch.Tensor, int]:
+    """The baseline: one right-padded plain HF forward (logits at every position, padding included).
+
+    Returns the logits of the scored rows ``[M, V]`` (same rows as :func:`pack`) and the tokens computed.
+    """
+    width = max(len(s) - 1 for s in sequences)
+    ids = torch.zeros((len(sequences), width), dtype=torch.long)  # [B, W]
+    mask = torch.zeros((len(sequences), width), dtype=torch.long)  # [B, W]
+    for i, seq in enumerate(sequences):
+        ids[i, : len(seq) - 1] = torch.tensor(seq[:-1], dtype=torch.long)
+        mask[i, : len(seq) - 1] = 1
+    out = model(input_ids=ids.to(device), attention_mask=mask.to(device), use_cache=False)
+    rows = [
+        out.logits[i, start - 1 : len(seq) - 1]  # [n_i, V]
+        for i, (seq, start) in enumerate(zip(sequences, starts, strict=True))
+    ]
+    return torch.cat(rows, dim=0), len(sequences) * width  # [M, V]
+
+
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     half = x.shape[-1] // 2
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)

@@ -1,0 +1,43 @@
+"""``coderl train``: the main job (rollout -> grade -> advantages -> update -> sync, step after step)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from importlib import resources
+from pathlib import Path
+
+from rich.console import Console
+
+from coderl.config import load_config
+from coderl.errors import ConfigError
+from coderl.rundir import create_run_dir
+
+DEFAULTS = "train.yaml"
+"""Packaged defaults of `coderl train` (coderl/configs/train.yaml): what runs with no arguments."""
+
+
+def default_train_config() -> Path:
+    return Path(str(resources.files("coderl") / "configs" / DEFAULTS))
+
+
+def run_train(ns: argparse.Namespace) -> int:
+    from coderl.train.loop import Trainer
+
+    console = Console(stderr=True)
+    config_path, overrides = ns.config_path, list(ns.config_overrides)
+    resume = getattr(ns, "resume", None)
+    if resume:
+        run_dir = Path(resume)
+        if not (run_dir / "config.yaml").is_file():
+            raise ConfigError(
+                f"--resume {resume!r}: no config.yaml there; pass the run directory of a train run"
+            )
+        config_path = config_path or str(run_dir / "config.yaml")
+        overrides.append(f"run.dir={run_dir}")
+    cfg = load_config(config_path, overrides, defaults=None if config_path else default_train_config())
+    run_dir = create_run_dir(cfg, "train")
+    console.print(f"run directory: {run_dir}")
+    report = asyncio.run(Trainer(cfg, run_dir, console).run(resume=bool(resume)))
+    console.print(f"report: {report}")
+    return 0

@@ -1,0 +1,155 @@
+"""From graded trajectories to a training batch, and the loss over one micro-batch of it.
+
+A sample is ``prompt_ids + response_ids``; the actor scores ``response_ids`` (position ``start`` on),
+and only mask-1 tokens (what the model sampled) are trained. Everything per token is padded to
+``[B, T]`` with T the longest response, the layout of :mod:`coderl.rl`.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import torch
+
+from coderl.rl import (
+    AlgoConfig,
+    compute_advantages,
+    compute_loss,
+    count_normalisers,
+    kl_token_rewards,
+    overlong_penalty,
+)
+from coderl.types import Trajectory
+
+
+@dataclass
+class TrainBatch:
+    trajectories: list[Trajectory]
+    sequences: list[list[int]]  # prompt + response ids, one per sample
+    starts: list[int]  # len(prompt_ids): where scoring starts
+    mask: torch.Tensor  # [B, T] 1 = trained (model-sampled) token
+    rollout_logp: torch.Tensor  # [B, T] engine logprobs (0 where mask is 0)
+    rewards: torch.Tensor  # [B] after shaping
+    group_index: torch.Tensor  # [B] samples of one task share an index
+    advantages: torch.Tensor = field(default_factory=lambda: torch.zeros(0))  # [B, T]
+
+    @property
+    def size(self) -> int:
+        return len(self.sequences)
+
+
+def build_batch(
+    trajectories: list[Trajectory],
+    algo: AlgoConfig,
+    max_response: int,
+    ref_logp: list[torch.Tensor] | None = None,
+) -> TrainBatch:
+    """Pad trajectories into a batch, shape rewards (overlong, KL in the reward) and compute advantages."""
+    width = max(len(t.response_ids) for t in trajectories)
+    size = len(trajectories)
+    mask = torch.zeros(size, width)  # [B, T]
+    rollout_logp = torch.zeros(size, width)  # [B, T]
+    for i, t in enumerate(trajectories):
+        n = len(t.response_ids)
+        mask[i, :n] = torch.tensor(t.response_mask, dtype=torch.float32)
+        rollout_logp[i, :n] = torch.tensor(t.logprobs, dtype=torch.float32)
+    rewards = torch.tensor([t.reward for t in trajectories], dtype=torch.float32)  # [B]
+    if algo.overlong_buffer > 0:
+        lengths = mask.sum(dim=1)  # [B] model tokens per sample
+        rewards = rewards + overlong_penalty(
+            lengths, max_response, algo.overlong_buffer, algo.overlong_penalty
+        )
+    groups: dict[str, int] = defaultdict(lambda: len(groups))
+    group_index = torch.tensor([groups[t.group_id] for t in trajectories], dtype=torch.long)  # [B]
+    batch = TrainBatch(
+        trajectories=trajectories,
+        sequences=[t.prompt_ids + t.response_ids for t in trajectories],
+        starts=[len(t.prompt_ids) for t in trajectories],
+        mask=mask,
+        rollout_logp=rollout_logp,
+        rewards=rewards,
+        group_index=group_index,
+    )
+    token_rewards = None
+    if ref_logp is not None and algo.kl_in_reward and algo.kl_coef > 0:
+        ref = _pad([r.cpu() for r in ref_logp], width)  # [B, T]
+        token_rewards = kl_token_rewards(rollout_logp, ref, mask, algo)  # [B, T]
+    batch.advantages, _ = compute_advantages(rewards, mask, group_index, algo, token_rewards=token_rewards)
+    return batch
+
+
+_SUMMED = ("loss", "pg_loss")  # already shares of the whole-batch objective; the rest are token means
+
+
+class BatchLoss:
+    """The actor's ``loss_fn`` for one batch: pads a micro-batch's logprobs and applies
+    :func:`coderl.rl.compute_loss` with whole-batch normalisers, so gradient accumulation over
+    micro-batches equals one full-batch step. Collects the step's metrics as it goes.
+
+    One optimizer step per batch: the "old" policy is the trainer's own pre-update logprobs
+    (detached), so PPO ratios start at 1; the rollout-vs-trainer gap is reported as
+    ``logprob_mismatch`` and corrected by truncated importance sampling (``algo.tis_cap``).
+    """
+
+    def __init__(
+        self, batch: TrainBatch, algo: AlgoConfig, ref_logp: list[torch.Tensor] | None = None
+    ) -> None:
+        self.batch = batch
+        self.algo = algo
+        self.ref_logp = ref_logp
+        tokens, seqs = count_normalisers(batch.mask)
+        self.num_tokens, self.num_seqs = float(tokens), float(seqs)
+        self.sums: dict[str, float] = defaultdict(float)
+        self.weight = 0.0
+        self.mismatch_sum = 0.0
+        self.mismatch_max = 0.0
+
+    def __call__(
+        self, indices: list[int], logprobs: list[torch.Tensor], entropies: list[torch.Tensor] | None
+    ) -> torch.Tensor:
+        b = self.batch
+        dev = logprobs[0].device
+        rows = torch.tensor(indices, dtype=torch.long)
+        width = max(len(b.trajectories[i].response_ids) for i in indices)
+        mask = b.mask[rows, :width].to(dev)  # [b, T]
+        logp = _pad(logprobs, width)  # [b, T]
+        entropy = _pad(entropies, width) if entropies is not None else None  # [b, T]
+        ref = _pad([self.ref_logp[i] for i in indices], width) if self.ref_logp is not None else None
+        rollout = b.rollout_logp[rows, :width].to(dev)  # [b, T]
+        gap = (logp.detach() - rollout).abs() * mask  # [b, T]
+        self.mismatch_sum += float(gap.sum())
+        self.mismatch_max = max(self.mismatch_max, float(gap.max()) if gap.numel() else 0.0)
+        loss, metrics = compute_loss(
+            logp,
+            logp.detach(),
+            b.advantages[rows, :width].to(dev),
+            mask,
+            self.algo,
+            ref_logp=ref,
+            entropy=entropy,
+            rollout_logp=rollout,
+            num_tokens=self.num_tokens,
+            num_seqs=self.num_seqs,
+        )
+        share = float(mask.sum()) / max(self.num_tokens, 1.0)  # this micro-batch's share of tokens
+        for key, value in metrics.items():
+            self.sums[key] += value * (1.0 if key in _SUMMED else share)
+        self.weight += share
+        return loss
+
+    def metrics(self) -> dict[str, float]:
+        out = {k: v / (1.0 if k in _SUMMED else max(self.weight, 1e-12)) for k, v in self.sums.items()}
+        out["logprob_mismatch"] = self.mismatch_sum / max(self.num_tokens, 1.0)
+        out["logprob_mismatch_max"] = self.mismatch_max
+        return out
+
+
+def _pad(rows: list[torch.Tensor], width: int) -> torch.Tensor:
+    out = torch.zeros(
+        len(rows), width, dtype=torch.float32, device=rows[0].device if rows else None
+    )  # [b, T]
+    for i, row in enumerate(rows):
+        n = min(len(row), width)
+        out[i, :n] = row[:n]
+    return out

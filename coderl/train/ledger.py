@@ -1,0 +1,83 @@
+"""An independent record of what the engine sampled, to check every training batch against.
+
+:class:`SampledLedger` wraps the engine during rollouts and remembers each completion's token ids
+under a digest of the exact prompt it answered. :meth:`SampledLedger.verify` then walks a trajectory:
+every run of mask-1 tokens must be exactly the ids the engine returned for the context before it
+(``prompt_ids + response_ids[:start]``). A trajectory that fails is never trained on: its tokens
+were not sampled by the policy, or its context is not what the engine saw.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from coderl.engine.base import Engine
+from coderl.engine.params import SamplingParams
+from coderl.types import Completion, Trajectory
+
+if TYPE_CHECKING:
+    import torch
+
+
+def _digest(ids: list[int]) -> bytes:
+    return hashlib.blake2b(repr(ids).encode(), digest_size=16).digest()
+
+
+class SampledLedger(Engine):
+    """An engine view recording ``digest(prompt) -> sampled ids`` for every completion."""
+
+    def __init__(self, inner: Engine) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.sampled: dict[bytes, list[list[int]]] = {}
+
+    async def start(self) -> None:
+        await self.inner.start()
+
+    async def stop(self) -> None:
+        await self.inner.stop()
+
+    async def generate(
+        self, prompt_ids: list[int], params: SamplingParams, session_id: str | None = None
+    ) -> Completion:
+        completion = await self.inner.generate(prompt_ids, params, session_id=session_id)
+        self.sampled.setdefault(_digest(prompt_ids), []).append(list(completion.token_ids))
+        return completion
+
+    async def update_weights(self, weights: Mapping[str, torch.Tensor] | str | Path) -> int:
+        return await self.inner.update_weights(weights)
+
+    @property
+    def policy_version(self) -> int:
+        return self.inner.policy_version
+
+    def stats(self) -> dict[str, Any]:
+        return self.inner.stats()
+
+    def clear(self) -> None:
+        self.sampled.clear()
+
+    def verify(self, traj: Trajectory) -> str | None:
+        """None when every mask-1 run of ``traj`` is exactly what the engine sampled after exactly
+        that context; otherwise what is wrong."""
+        ids, mask = traj.response_ids, traj.response_mask
+        if not (len(ids) == len(mask) == len(traj.logprobs)):
+            return f"response_ids/mask/logprobs lengths differ: {len(ids)}/{len(mask)}/{len(traj.logprobs)}"
+        i = 0
+        while i < len(ids):
+            if mask[i] != 1:
+                i += 1
+                continue
+            j = i
+            while j < len(ids) and mask[j] == 1:
+                j += 1
+            candidates = self.sampled.get(_digest(traj.prompt_ids + ids[:i]), [])
+            run = ids[i:j]
+            # one call's tokens, or the start of the next call's too (no environment tokens between)
+            if not any(run[: len(c)] == c for c in candidates if c):
+                return f"model tokens at response[{i}:{j}] were not sampled by the engine after that context"
+            i += next(len(c) for c in candidates if c and run[: len(c)] == c)
+        return None

@@ -1,0 +1,112 @@
+"""``report.html`` of a training run: line plots of the per-step metrics, as inline SVG.
+
+No plotting library: each chart is a few SVG paths, so the report is one self-contained file that
+opens anywhere (and costs no dependency).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+_COLOURS = ["#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#4b5563"]
+_W, _H, _PAD = 520, 220, 42
+
+CHARTS: list[tuple[str, list[str]]] = [
+    ("Reward and pass rate", ["reward_mean", "pass_rate", "val_pass_rate"]),
+    ("Response length (model tokens)", ["response_len_mean", "response_len_max"]),
+    ("KL and entropy", ["kl", "entropy"]),
+    ("Rollout vs trainer logprob mismatch", ["logprob_mismatch"]),
+    ("Gradient norm and clip fraction", ["grad_norm", "clip_fraction"]),
+    (
+        "Stage times (s)",
+        ["stage_s/rollout", "stage_s/grade", "stage_s/update", "stage_s/sync", "stage_s/save"],
+    ),
+]
+
+
+def _value(row: dict[str, Any], key: str) -> float | None:
+    if "/" in key:
+        outer, inner = key.split("/", 1)
+        nested = row.get(outer)
+        value = nested.get(inner) if isinstance(nested, dict) else None
+    else:
+        value = row.get(key)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def line_chart(title: str, rows: list[dict[str, Any]], keys: list[str]) -> str:
+    """One SVG chart of ``keys`` against ``step`` (series with no values are left out)."""
+    series = []
+    for key in keys:
+        points = [(float(r["step"]), v) for r in rows if (v := _value(r, key)) is not None]
+        if points:
+            series.append((key, points))
+    if not series:
+        return ""
+    xs = [x for _, pts in series for x, _ in pts]
+    ys = [y for _, pts in series for _, y in pts]
+    x0, x1 = min(xs), max(xs) if max(xs) > min(xs) else min(xs) + 1
+    y0, y1 = min(0.0, min(ys)), max(ys) if max(ys) > min(0.0, min(ys)) else min(0.0, min(ys)) + 1
+
+    def sx(x: float) -> float:
+        return _PAD + (x - x0) / (x1 - x0) * (_W - 2 * _PAD)
+
+    def sy(y: float) -> float:
+        return _H - _PAD + 10 - (y - y0) / (y1 - y0) * (_H - 2 * _PAD)
+
+    parts = [
+        f'<svg viewBox="0 0 {_W} {_H}" width="{_W}" height="{_H}" role="img" aria-label="{html.escape(title)}">',
+        f'<text x="{_W / 2}" y="16" text-anchor="middle" font-weight="600">{html.escape(title)}</text>',
+        f'<line x1="{_PAD}" y1="{sy(y0)}" x2="{_W - _PAD}" y2="{sy(y0)}" stroke="#999"/>',
+        f'<line x1="{_PAD}" y1="{sy(y0)}" x2="{_PAD}" y2="{sy(y1)}" stroke="#999"/>',
+        f'<text x="{_PAD - 4}" y="{sy(y1) + 4}" text-anchor="end" font-size="10">{y1:.3g}</text>',
+        f'<text x="{_PAD - 4}" y="{sy(y0) + 4}" text-anchor="end" font-size="10">{y0:.3g}</text>',
+        f'<text x="{_PAD}" y="{_H - 12}" font-size="10">step {x0:.0f}</text>',
+        f'<text x="{_W - _PAD}" y="{_H - 12}" text-anchor="end" font-size="10">step {x1:.0f}</text>',
+    ]
+    for i, (key, pts) in enumerate(series):
+        colour = _COLOURS[i % len(_COLOURS)]
+        path = " ".join(f"{'M' if j == 0 else 'L'}{sx(x):.1f},{sy(y):.1f}" for j, (x, y) in enumerate(pts))
+        parts.append(f'<path d="{path}" fill="none" stroke="{colour}" stroke-width="2"/>')
+        parts += [f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="2.5" fill="{colour}"/>' for x, y in pts]
+        parts.append(
+            f'<text x="{_W - _PAD}" y="{34 + 13 * i}" text-anchor="end" font-size="11" fill="{colour}">'
+            f"{html.escape(key)}</text>"
+        )
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def write_report(run_dir: Path, rows: list[dict[str, Any]], summary: dict[str, Any]) -> Path:
+    """Write ``report.html`` (plots + summary table) into ``run_dir``; returns its path."""
+    charts = [c for title, keys in CHARTS if (c := line_chart(title, rows, keys))]
+    table = "".join(
+        f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(_fmt(v))}</td></tr>" for k, v in summary.items()
+    )
+    page = f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>coderl training report — {html.escape(run_dir.name)}</title>
+<style>body{{font-family:system-ui,sans-serif;margin:24px;color:#111}} .grid{{display:flex;flex-wrap:wrap;gap:16px}}
+table{{border-collapse:collapse}} th,td{{text-align:left;padding:3px 10px;border-bottom:1px solid #eee}}</style></head>
+<body><h1>Training report: {html.escape(run_dir.name)}</h1>
+<p>{len(rows)} steps; written {time.strftime("%Y-%m-%d %H:%M:%S")}. Per-step metrics are in metrics.jsonl.</p>
+<table>{table}</table>
+<div class="grid">{"".join(charts)}</div>
+<script type="application/json" id="metrics">{html.escape(json.dumps(rows))}</script>
+</body></html>
+"""
+    path = run_dir / "report.html"
+    path.write_text(page)
+    return path
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
