@@ -112,3 +112,23 @@ def test_interrupted_store_keeps_finished_trajectories(tmp_path: Path) -> None:
         )
     # no close(): as if the process died here; one shard of 2 and one record only in the log
     assert [r["task_id"] for r in read_trajectories(tmp_path)] == ["t0", "t1", "t2"]
+
+
+def test_a_reopened_store_recovers_what_a_killed_writer_left(tmp_path: Path) -> None:
+    from coderl.rollout.store import TrajectoryStore
+    from coderl.types import Trajectory
+
+    def traj(i: int) -> Trajectory:
+        return Trajectory(task_id=f"t{i}", group_id="g", prompt_ids=[1], response_ids=[2], response_mask=[1], logprobs=[-0.1])
+
+    first = TrajectoryStore(tmp_path, shard_size=2)
+    for i in range(3):
+        first.add(traj(i))
+    with (tmp_path / "trajectories.jsonl").open("a") as fh:
+        fh.write('{"task_id": "cut')  # the kill landed mid-line
+    # killed: t2 only in the log; a resumed run opens the store again and goes on
+    second = TrajectoryStore(tmp_path, shard_size=2)
+    for i in range(3, 6):
+        second.add(traj(i))
+    second.close()
+    assert [r["task_id"] for r in read_trajectories(tmp_path)] == [f"t{i}" for i in range(6)]

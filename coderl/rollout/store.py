@@ -25,8 +25,34 @@ class TrajectoryStore:
         self.shard_dir.mkdir(parents=True, exist_ok=True)
         self._pending: list[dict[str, Any]] = []
         self._shards = len(list(self.shard_dir.glob("part-*.parquet")))
+        self._pending = self._recover()
         self._log = self.log_path.open("a")
         self.count = 0
+        self.flush()
+
+    def _recover(self) -> list[dict[str, Any]]:
+        """Records a killed writer logged but never put in a shard (they are shard-written first, so
+        the log's line order keeps matching the shards'); a line cut by the kill is dropped."""
+        if not self.log_path.is_file():
+            return []
+        import pyarrow.parquet as pq
+
+        in_shards = sum(
+            pq.read_metadata(p).num_rows for p in self.shard_dir.glob("part-*.parquet")
+        )
+        lines = self.log_path.read_text().splitlines()
+        kept: list[str] = []
+        for line in lines:
+            try:
+                json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            kept.append(line)
+        if len(kept) != len(lines):
+            tmp = self.log_path.with_name(self.log_path.name + ".tmp")
+            tmp.write_text("".join(line + "\n" for line in kept))
+            tmp.replace(self.log_path)
+        return [json.loads(line) for line in kept[in_shards:]]
 
     def add(self, traj: Trajectory, extra: dict[str, Any] | None = None) -> None:
         row = {**asdict(traj), **(extra or {})}

@@ -1,0 +1,185 @@
+"""The training loop's parts without a model: sampled-id ledger, batch + loss, checkpoints, report."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from coderl.engine.params import SamplingParams
+from coderl.rl import AlgoConfig
+from coderl.train import checkpoints
+from coderl.train.batch import BatchLoss, build_batch
+from coderl.train.ledger import SampledLedger
+from coderl.train.loggers import flatten
+from coderl.train.report import write_report
+from coderl.types import Trajectory
+from tests.fakes import ScriptedEngine
+
+# ---------------------------------------------------------------- ledger
+
+
+async def _two_turn(ledger: SampledLedger, prompt: list[int]) -> Trajectory:
+    """Two model turns with 2 environment tokens between them, as an agent loop builds them."""
+    traj = Trajectory(task_id="t", group_id="t#0", prompt_ids=list(prompt))
+    for turn in range(2):
+        if turn:
+            traj.response_ids += [7, 7]
+            traj.response_mask += [0, 0]
+            traj.logprobs += [0.0, 0.0]
+        c = await ledger.generate(traj.prompt_ids + traj.response_ids, SamplingParams(max_tokens=3))
+        traj.response_ids += c.token_ids
+        traj.response_mask += [1] * len(c.token_ids)
+        traj.logprobs += c.logprobs
+    return traj
+
+
+async def test_ledger_accepts_exactly_what_was_sampled() -> None:
+    ledger = SampledLedger(ScriptedEngine("e"))
+    traj = await _two_turn(ledger, [1, 2, 3])
+    assert ledger.verify(traj) is None
+
+
+async def test_ledger_rejects_a_changed_model_token() -> None:
+    ledger = SampledLedger(ScriptedEngine("e"))
+    traj = await _two_turn(ledger, [1, 2, 3])
+    traj.response_ids[-1] += 1  # a retokenised or edited model token
+    problem = ledger.verify(traj)
+    assert problem is not None and "response[" in problem
+
+
+async def test_ledger_rejects_a_changed_context() -> None:
+    ledger = SampledLedger(ScriptedEngine("e"))
+    traj = await _two_turn(ledger, [1, 2, 3])
+    traj.response_ids[3] = 8  # the environment tokens differ from what the engine was sent
+    assert ledger.verify(traj) is not None
+    traj2 = await _two_turn(ledger, [1, 2, 3])
+    traj2.response_mask[3] = 1  # an environment token claimed as sampled
+    assert ledger.verify(traj2) is not None
+
+
+async def test_ledger_rejects_ragged_lengths_and_forgets_on_clear() -> None:
+    ledger = SampledLedger(ScriptedEngine("e"))
+    traj = await _two_turn(ledger, [1, 2, 3])
+    traj.logprobs.pop()
+    assert "lengths differ" in (ledger.verify(traj) or "")
+    traj = await _two_turn(ledger, [4])
+    ledger.clear()
+    assert ledger.verify(traj) is not None
+
+
+# ---------------------------------------------------------------- batch and loss
+
+
+def _traj(group: str, prompt: int, response: list[int], mask: list[int], reward: float) -> Trajectory:
+    return Trajectory(
+        task_id=group,
+        group_id=group,
+        prompt_ids=list(range(1, prompt + 1)),
+        response_ids=response,
+        response_mask=mask,
+        logprobs=[-0.5 if m else 0.0 for m in mask],
+        reward=reward,
+    )
+
+
+def _trajs() -> list[Trajectory]:
+    return [
+        _traj("a", 3, [5, 6, 7, 8], [1, 1, 0, 1], 1.0),
+        _traj("a", 2, [5, 6], [1, 1], 0.0),
+        _traj("b", 4, [9, 9, 9], [1, 0, 1], 1.0),
+        _traj("b", 1, [9, 9, 9, 9, 9], [1, 1, 1, 1, 1], 0.0),
+    ]
+
+
+def test_build_batch_pads_masks_and_gives_group_advantages() -> None:
+    batch = build_batch(_trajs(), AlgoConfig(advantage="grpo"), max_response=8)
+    assert batch.mask.shape == (4, 5) and batch.mask.sum() == 3 + 2 + 2 + 5
+    assert batch.starts == [3, 2, 4, 1]
+    assert batch.sequences[0] == [1, 2, 3, 5, 6, 7, 8]
+    assert batch.group_index.tolist() == [0, 0, 1, 1]
+    adv = batch.advantages
+    assert adv[0, 0] > 0 > adv[1, 0]  # the resolved sample of a group is pushed up
+    assert torch.all(adv[0, 2] == 0) and torch.all(adv[1, 2:] == 0)  # nothing on masked or padding
+
+
+def _logprobs(batch_size: int, seed: int = 0) -> list[torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    lengths = [4, 2, 3, 5][:batch_size]
+    return [(-torch.rand(n, generator=gen) - 0.1).requires_grad_() for n in lengths]
+
+
+@pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean"])
+def test_micro_batches_give_the_full_batch_gradient(agg: str) -> None:
+    algo = AlgoConfig(advantage="grpo", loss_agg=agg)  # type: ignore[arg-type]
+    batch = build_batch(_trajs(), algo, max_response=8)
+    full = _logprobs(4)
+    BatchLoss(batch, algo)([0, 1, 2, 3], full, None).backward()
+    parts = _logprobs(4)
+    split = BatchLoss(batch, algo)
+    (split([0, 2], [parts[0], parts[2]], None) + split([1, 3], [parts[1], parts[3]], None)).backward()
+    for a, b in zip(full, parts, strict=True):
+        assert a.grad is not None and b.grad is not None
+        assert torch.allclose(a.grad, b.grad, atol=1e-7)
+
+
+def test_batch_loss_reports_the_rollout_trainer_mismatch_on_trained_tokens_only() -> None:
+    algo = AlgoConfig(advantage="grpo")
+    batch = build_batch(_trajs(), algo, max_response=8)
+    lps = [torch.full((len(t.response_ids),), -0.5) for t in batch.trajectories]
+    lps[0][0] = -0.75  # one trained token off by 0.25
+    lps[0][2] = -9.0  # a masked (environment) token: must not count
+    loss = BatchLoss(batch, algo)
+    loss([0, 1, 2, 3], lps, None)
+    metrics = loss.metrics()
+    assert metrics["logprob_mismatch"] == pytest.approx(0.25 / 12)
+    assert metrics["logprob_mismatch_max"] == pytest.approx(0.25)
+    assert "loss" in metrics and "clip_fraction" in metrics
+
+
+# ---------------------------------------------------------------- checkpoints and metrics
+
+
+def test_checkpoints_are_atomic_and_pruned(tmp_path: Path) -> None:
+    assert checkpoints.latest(tmp_path) is None
+    for step in (1, 2, 3):
+        tmp = checkpoints.begin(tmp_path, step)
+        (tmp / "weights.bin").write_bytes(b"x" * step)
+        checkpoints.commit(tmp_path, tmp, step, {"step": step, "cursor": step * 2}, keep=2)
+    checkpoints.begin(tmp_path, 4)  # a kill -9 while writing step 4: never counts
+    names = [p.name for p in checkpoints.complete(tmp_path)]
+    assert names == ["step-000002", "step-000003"]
+    found = checkpoints.latest(tmp_path)
+    assert found is not None and found[1] == {"step": 3, "cursor": 6}
+    assert (found[0] / "weights.bin").read_bytes() == b"xxx"
+
+
+def test_truncate_metrics_drops_lost_steps_and_a_cut_line(tmp_path: Path) -> None:
+    path = tmp_path / "metrics.jsonl"
+    rows = [json.dumps({"step": s, "reward_mean": 0.1 * s}) for s in (1, 2, 3)]
+    path.write_text("\n".join(rows) + '\n{"step": 4, "rew')  # killed mid-write
+    assert checkpoints.truncate_metrics(path, 2) == 2
+    assert [r["step"] for r in checkpoints.read_metrics(path)] == [1, 2]
+    assert path.read_text().endswith("\n")
+
+
+def test_flatten_keeps_numeric_leaves_only() -> None:
+    row = {"step": 1, "stage_s": {"rollout": 2.5, "update": 1}, "exit_statuses": {"x": 2}, "ok": True, "s": "a"}
+    assert flatten(row) == {"step": 1.0, "stage_s/rollout": 2.5, "stage_s/update": 1.0, "exit_statuses/x": 2.0}
+
+
+def test_report_has_a_chart_per_metric_family(tmp_path: Path) -> None:
+    rows = [
+        {"step": s, "reward_mean": s / 4, "pass_rate": s / 8, "kl": 0.01 * s, "entropy": 1.0,
+         "logprob_mismatch": 1e-6, "grad_norm": 0.5, "response_len_mean": 40.0 + s,
+         "stage_s": {"rollout": 10.0, "update": 5.0}}
+        for s in (1, 2, 3)
+    ]  # fmt: skip
+    path = write_report(tmp_path, rows, {"steps": 3})
+    page = path.read_text()
+    assert path.name == "report.html" and page.count("<svg") >= 5
+    for title in ("Reward and pass rate", "KL and entropy", "Stage times"):
+        assert title in page
+    assert "stage_s/rollout" in page and "reward_mean" in page
