@@ -119,7 +119,14 @@ def test_a_reopened_store_recovers_what_a_killed_writer_left(tmp_path: Path) -> 
     from coderl.types import Trajectory
 
     def traj(i: int) -> Trajectory:
-        return Trajectory(task_id=f"t{i}", group_id="g", prompt_ids=[1], response_ids=[2], response_mask=[1], logprobs=[-0.1])
+        return Trajectory(
+            task_id=f"t{i}",
+            group_id="g",
+            prompt_ids=[1],
+            response_ids=[2],
+            response_mask=[1],
+            logprobs=[-0.1],
+        )
 
     first = TrajectoryStore(tmp_path, shard_size=2)
     for i in range(3):

@@ -166,8 +166,19 @@ def test_truncate_metrics_drops_lost_steps_and_a_cut_line(tmp_path: Path) -> Non
 
 
 def test_flatten_keeps_numeric_leaves_only() -> None:
-    row = {"step": 1, "stage_s": {"rollout": 2.5, "update": 1}, "exit_statuses": {"x": 2}, "ok": True, "s": "a"}
-    assert flatten(row) == {"step": 1.0, "stage_s/rollout": 2.5, "stage_s/update": 1.0, "exit_statuses/x": 2.0}
+    row = {
+        "step": 1,
+        "stage_s": {"rollout": 2.5, "update": 1},
+        "exit_statuses": {"x": 2},
+        "ok": True,
+        "s": "a",
+    }
+    assert flatten(row) == {
+        "step": 1.0,
+        "stage_s/rollout": 2.5,
+        "stage_s/update": 1.0,
+        "exit_statuses/x": 2.0,
+    }
 
 
 def test_report_has_a_chart_per_metric_family(tmp_path: Path) -> None:

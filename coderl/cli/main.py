@@ -66,7 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _config_args(p)
     p.add_argument(
-        "--resume", metavar="RUN_DIR", help="continue a run (after a crash or kill -9) from its newest checkpoint"
+        "--resume",
+        metavar="RUN_DIR",
+        help="continue a run (after a crash or kill -9) from its newest checkpoint",
     )
     p.set_defaults(func=_lazy("coderl.cli.train_cmd", "run_train"))
     p = sub.add_parser(
@@ -96,7 +98,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = engine.add_parser("serve", help="serve the embedded engine over HTTP (vLLM/SGLang-compatible subset)")
     _config_args(p)
     p.set_defaults(func=_lazy("coderl.cli.serve", "run_engine_serve"))
-    proxy = sub.add_parser("proxy", help="the recording proxy").add_subparsers(dest="proxy_cmd", metavar="CMD")
+    proxy = sub.add_parser("proxy", help="the recording proxy").add_subparsers(
+        dest="proxy_cmd", metavar="CMD"
+    )
     p = proxy.add_parser(
         "serve", help="OpenAI / Anthropic endpoints per session that record every call in token space"
     )

@@ -37,9 +37,7 @@ class TrajectoryStore:
             return []
         import pyarrow.parquet as pq
 
-        in_shards = sum(
-            pq.read_metadata(p).num_rows for p in self.shard_dir.glob("part-*.parquet")
-        )
+        in_shards = sum(pq.read_metadata(p).num_rows for p in self.shard_dir.glob("part-*.parquet"))
         lines = self.log_path.read_text().splitlines()
         kept: list[str] = []
         for line in lines:
