@@ -193,3 +193,21 @@ async def test_baseline_is_made_once_per_snapshot_and_seeds_each_sandbox(task: T
         await sb.write_file("new.txt", "x\n")
         diff = (await sb.exec("git add -A && git diff --cached --stat")).stdout
         assert "new.txt" in diff and len(diff.splitlines()) == 2
+
+
+async def test_response_prefix_is_written_by_the_environment(task: Task, tokenizer: Any) -> None:
+    body = json.dumps({"name": "view", "arguments": {"path": "calc.py"}})
+    engine = ScriptedChatEngine(
+        tokenizer, [body + "\n</tool_call>", json.dumps({"name": "submit", "arguments": {}})]
+    )
+    ctx = ctx_for(engine, tokenizer)
+    ctx.response_prefix = "<tool_call>\n"
+    traj = await get_loop("swe").run(task, ctx)
+    assert traj.exit_status == "submitted" and traj.metrics["format_errors"] == 0, traj.error
+    assert_token_exact(traj, engine)
+    opener = tokenizer.encode("<tool_call>\n", add_special_tokens=False)
+    for prompt in engine.prompts:  # each turn the model continues the opener, which is not its own
+        assert prompt[-len(opener) :] == opener
+    first_model = traj.response_mask.index(1)
+    assert traj.response_ids[first_model - len(opener) : first_model] == opener
+    assert set(traj.response_mask[first_model - len(opener) : first_model]) == {0}

@@ -7,7 +7,7 @@ import random
 import pytest
 import torch
 
-from coderl.rl import filter_groups, keep_groups, overlong_penalty
+from coderl.rl import filter_groups, format_bonus, keep_groups, overlong_penalty
 
 # ---------------------------------------------------------------------------------------------------------
 # Independent references.
@@ -89,3 +89,11 @@ def test_overlong_penalty_matches_reference(max_len: int, buffer: int, penalty: 
     out = overlong_penalty(torch.tensor(lengths), max_len, buffer, penalty)
     expected = torch.tensor([ref_overlong(n, max_len, buffer, penalty) for n in lengths])
     torch.testing.assert_close(out, expected, atol=1e-6, rtol=1e-6)
+
+
+def test_format_bonus_by_hand() -> None:
+    errors = torch.tensor([0.0, 1.0, 3.0, 5.0, 0.0])  # [B]
+    turns = torch.tensor([4.0, 4.0, 3.0, 3.0, 0.0])  # [B] (the last: nothing sampled)
+    got = format_bonus(errors, turns, 0.2)
+    assert torch.allclose(got, torch.tensor([0.2, 0.15, 0.0, 0.0, 0.0]))
+    assert torch.equal(format_bonus(errors, turns, 0.0), torch.zeros(5))

@@ -194,3 +194,12 @@ def test_report_has_a_chart_per_metric_family(tmp_path: Path) -> None:
     for title in ("Reward and pass rate", "KL and entropy", "Stage times"):
         assert title in page
     assert "stage_s/rollout" in page and "reward_mean" in page
+
+
+def test_format_reward_shapes_the_batch_rewards_only() -> None:
+    trajs = _trajs()
+    for t, errors in zip(trajs, (0.0, 2.0, 1.0, 0.0), strict=True):
+        t.num_turns, t.metrics["format_errors"] = 2, errors
+    batch = build_batch(trajs, AlgoConfig(advantage="grpo", format_reward=0.5), max_response=8)
+    assert batch.rewards.tolist() == [1.5, 0.0, 1.25, 0.5]
+    assert [t.reward for t in trajs] == [1.0, 0.0, 1.0, 0.0]  # the recorded task reward is untouched

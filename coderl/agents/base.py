@@ -43,6 +43,9 @@ class AgentContext:
     group_id: str = ""
     baselines: BaselineCache = field(default_factory=BaselineCache)
     """Task snapshots with their starting state committed (share one across a run's contexts)."""
+    response_prefix: str = ""
+    """Text the environment writes at the start of every assistant turn of a tool loop (mask 0, not
+    trained), e.g. ``<tool_call>\n`` to steer a small model into the tool-call format."""
 
 
 class AgentLoop(abc.ABC):

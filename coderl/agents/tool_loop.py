@@ -87,9 +87,11 @@ class ToolLoop(AgentLoop):
         session: str,
     ) -> str:
         lim = ctx.limits
+        prefix = ctx.chat.encode(ctx.response_prefix) if ctx.response_prefix else []
         for _turn in range(lim.max_turns):
-            if len(b.context) >= lim.max_context_tokens:
+            if len(b.context) + len(prefix) >= lim.max_context_tokens:
                 return "context_limit"
+            b.add_env(prefix)  # the turn's opening the environment writes for the model (mask 0)
             room = lim.max_context_tokens - len(b.context)
             sampling = ctx.sampling.model_copy(
                 update={"max_tokens": max(1, min(ctx.sampling.max_tokens, room))}
@@ -101,7 +103,7 @@ class ToolLoop(AgentLoop):
             tool_time = 0.0
             if b.response_len >= lim.max_total_tokens:
                 return "token_limit"
-            parsed = ctx.chat.parse(completion.token_ids, id_prefix=f"call_{b.traj.num_turns}")
+            parsed = ctx.chat.parse(prefix + completion.token_ids, id_prefix=f"call_{b.traj.num_turns}")
             replies: list[Message] = []
             submitted = False
             for error in parsed.errors:

@@ -18,8 +18,24 @@ Message = dict[str, Any]
 TOOLS_PREAMBLE = (
     "You can call functions. Their signatures are inside <tools></tools>:\n<tools>\n{tools}\n</tools>\n"
     "To call one, write a JSON object with its name and arguments inside <tool_call></tool_call>, e.g.\n"
-    '<tool_call>\n{{"name": "function_name", "arguments": {{"arg": "value"}}}}\n</tool_call>'
+    "<tool_call>\n{example}\n</tool_call>"
 )
+"""The example call is a real one (the first tool, its required arguments): small models copy the
+example they are shown, and a placeholder name would make every copied call invalid."""
+
+_PLACEHOLDERS = {"string": "...", "integer": 1, "number": 1, "boolean": True, "array": [], "object": {}}
+
+
+def example_call(tools: list[dict[str, Any]]) -> str:
+    """A well-formed call of the first tool with placeholder values for its required arguments."""
+    fn = tools[0].get("function", tools[0])
+    params = fn.get("parameters") or {}
+    props = params.get("properties") or {}
+    args = {
+        name: _PLACEHOLDERS.get(str((props.get(name) or {}).get("type")), "...")
+        for name in params.get("required") or []
+    }
+    return json.dumps({"name": fn.get("name"), "arguments": args}, ensure_ascii=False)
 
 
 def tool_schemas_text(tools: list[dict[str, Any]]) -> str:
@@ -59,7 +75,7 @@ def to_hermes_messages(messages: list[Message], tools: list[dict[str, Any]] | No
     """Rewrite OpenAI-style messages with tools / tool calls / tool results into plain-text turns."""
     out: list[Message] = []
     if tools:
-        preamble = TOOLS_PREAMBLE.format(tools=tool_schemas_text(tools))
+        preamble = TOOLS_PREAMBLE.format(tools=tool_schemas_text(tools), example=example_call(tools))
         if messages and messages[0].get("role") == "system":
             out.append({"role": "system", "content": f"{_text(messages[0])}\n\n{preamble}"})
             messages = messages[1:]

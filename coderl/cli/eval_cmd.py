@@ -48,7 +48,16 @@ def context_factory(cfg: Config, chat: ChatFormat) -> Any:
     baselines = BaselineCache()  # one per run: each snapshot's git baseline is made once
 
     def make(engine: Engine, group_id: str) -> AgentContext:
-        return AgentContext(engine, chat, sampling, make_sandbox, limits, group_id, baselines)
+        return AgentContext(
+            engine,
+            chat,
+            sampling,
+            make_sandbox,
+            limits,
+            group_id,
+            baselines,
+            response_prefix=r.response_prefix,
+        )
 
     return make
 

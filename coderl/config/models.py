@@ -119,6 +119,9 @@ class RolloutConfig(Section):
     """Longest prompt sent to the engine (exit status context_limit)."""
     max_tool_output_chars: int = Field(4000, ge=100)
     """Tool output beyond this is cut with a note."""
+    response_prefix: str = ""
+    """Written by the environment (mask 0) at the start of every assistant turn of the tool and swe
+    loops, e.g. "<tool_call>\\n" to steer a small model into the tool-call format; the model continues it."""
     max_engine_requests: int = Field(16, ge=1)
     """Engine requests in flight at once."""
     max_sandboxes: int = Field(8, ge=1)

@@ -10,7 +10,7 @@ from coderl.rl.config import AlgoConfig
 from coderl.rl.kl import KL_ESTIMATORS, entropy_from_logits, kl_penalty
 from coderl.rl.losses import LOSS_AGG, POLICY_LOSSES, aggregate, count_normalisers, tis_weights
 from coderl.rl.objective import compute_loss, kl_token_rewards
-from coderl.rl.sampling import GroupFilter, filter_groups, keep_groups, overlong_penalty
+from coderl.rl.sampling import GroupFilter, filter_groups, format_bonus, keep_groups, overlong_penalty
 
 __all__ = [
     "ADVANTAGES",
@@ -25,6 +25,7 @@ __all__ = [
     "count_normalisers",
     "entropy_from_logits",
     "filter_groups",
+    "format_bonus",
     "keep_groups",
     "kl_penalty",
     "kl_token_rewards",

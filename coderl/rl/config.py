@@ -68,5 +68,8 @@ class AlgoConfig(BaseModel):
     """DAPO soft overlong punishment length L_cache in tokens; 0 = off."""
     overlong_penalty: float = Field(1.0, ge=0.0)
     """Reward subtracted from a response that reaches the maximum length (linear ramp over the buffer)."""
+    format_reward: float = Field(0.0, ge=0.0)
+    """Shaping for small models: add format_reward x the share of turns with a well-formed tool call
+    (1 - format_errors / turns) to the task reward; 0 = off. pass_rate still counts solved tasks only."""
     epsilon: float = Field(1e-6, gt=0.0)
     """Added to standard deviations before dividing."""

@@ -74,3 +74,15 @@ def overlong_penalty(lengths: Tensor, max_len: int, buffer: int, penalty: float)
     start = max_len - buffer
     over = (lengths.to(torch.float32) - start).clamp(min=0.0, max=float(buffer))  # [B]
     return -over / buffer * penalty  # [B]
+
+
+def format_bonus(format_errors: Tensor, turns: Tensor, coef: float) -> Tensor:
+    """Reward shaping for the tool-call format, added to the reward; [B], [B] -> [B].
+
+    R_fmt = coef * (1 - e / n)  with e format errors in n turns (clamped to [0, coef]; n = 0 gives 0).
+    A dense signal for a model that rarely solves a task yet: the share of its turns that were a
+    well-formed call of an existing tool (the same idea as the format rewards of DeepSeek-R1).
+    """
+    turns_f = turns.to(torch.float32)  # [B]
+    ok = (1.0 - format_errors.to(torch.float32) / turns_f.clamp(min=1.0)).clamp(0.0, 1.0)  # [B]
+    return torch.where(turns_f > 0, coef * ok, torch.zeros_like(ok))  # [B]

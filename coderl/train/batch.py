@@ -17,6 +17,7 @@ from coderl.rl import (
     compute_advantages,
     compute_loss,
     count_normalisers,
+    format_bonus,
     kl_token_rewards,
     overlong_penalty,
 )
@@ -60,6 +61,10 @@ def build_batch(
         rewards = rewards + overlong_penalty(
             lengths, max_response, algo.overlong_buffer, algo.overlong_penalty
         )
+    if algo.format_reward > 0:
+        errors = torch.tensor([t.metrics.get("format_errors", 0.0) for t in trajectories])  # [B]
+        turns = torch.tensor([float(t.num_turns) for t in trajectories])  # [B]
+        rewards = rewards + format_bonus(errors, turns, algo.format_reward)
     groups: dict[str, int] = defaultdict(lambda: len(groups))
     group_index = torch.tensor([groups[t.group_id] for t in trajectories], dtype=torch.long)  # [B]
     batch = TrainBatch(

@@ -233,6 +233,7 @@ class Trainer:
                 grad_norm=update["grad_norm"], lr=update["lr"], tokens_per_s=update["tokens_per_s"],
                 train_tokens=update["tokens"], update_skipped=update["skipped"],
                 advantage_abs_mean=float((batch.advantages.abs() * batch.mask).sum() / batch.mask.sum().clamp(min=1)),
+                shaped_reward_mean=float(batch.rewards.mean()),
             )  # fmt: skip
             t = time.perf_counter()
             await self._sync(self.version + 1)
