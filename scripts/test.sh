@@ -9,6 +9,6 @@ if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = "0" ] && command -v a
   echo "[test] installing chromium for the viewer test"
   apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null || true
 fi
-echo "[test] ruff"; "$PY" -m ruff check coderl tests
+echo "[test] ruff"; "$PY" -m ruff check coderl tests examples
 echo "[test] mypy"; "$PY" -m mypy
 echo "[test] pytest"; "$PY" -m pytest -q -p no:cacheprovider "$@"

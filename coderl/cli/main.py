@@ -17,8 +17,6 @@ NOT_BUILT: dict[str, tuple[str, int]] = {}
 NOT_BUILT_SERVE: dict[str, tuple[str, int]] = {}
 NOT_BUILT_BENCH = {
     "proxy": ("proxy benchmarks", 5),
-    "train": ("trainer benchmarks", 6),
-    "learn": ("the learning check", 6),
 }
 
 
@@ -172,6 +170,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-model-eval", action="store_true", help="skip the real-model eval of warmup + easy")
     p.add_argument("--write", metavar="FILE", help="also write the figures into this Markdown file")
     p.set_defaults(func=_lazy("coderl.bench.rollout", "run_bench_rollout"))
+    p = bench.add_parser(
+        "train",
+        help="trainer tokens/s packed vs padded (packing_speedup), peak memory, stage times of one step",
+    )
+    _config_args(p)
+    p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    p.add_argument("--quick", action="store_true", help="a smaller batch, one round (a smoke run)")
+    p.add_argument("--no-step", action="store_true", help="skip the timed default training step")
+    p.add_argument("--write", metavar="FILE", help="also write the figures into this Markdown file")
+    p.set_defaults(func=_lazy("coderl.bench.train", "run_bench_train"))
+    p = bench.add_parser(
+        "learn", help="the learning check: ~20 fixed-seed steps on bundled warmup; first vs last pass rate"
+    )
+    _config_args(p)
+    p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    p.add_argument("--steps", type=int, default=20, help="training steps (default 20)")
+    p.add_argument("--window", type=int, default=5, help="steps averaged at each end (default 5)")
+    p.add_argument("--write", metavar="FILE", help="also write the figures into this Markdown file")
+    p.set_defaults(func=_lazy("coderl.bench.learn", "run_bench_learn"))
     for name, (what, issue) in NOT_BUILT_BENCH.items():
         p = bench.add_parser(name, help=f"{what} [not built yet: issue #{issue}]")
         p.add_argument("--json", action="store_true")
