@@ -46,6 +46,12 @@ class AgentContext:
     response_prefix: str = ""
     """Text the environment writes at the start of every assistant turn of a tool loop (mask 0, not
     trained), e.g. ``<tool_call>\n`` to steer a small model into the tool-call format."""
+    remote_command: str = ""
+    """The ``remote`` loop's agent program (a shell command run in the task's sandbox)."""
+    remote_timeout_s: float = 1800.0
+    """Wall-clock limit of the ``remote`` loop's agent program."""
+    remote_model: str = "coderl"
+    """Model name the ``remote`` loop's proxy serves (``$CODERL_MODEL`` for the agent)."""
 
 
 class AgentLoop(abc.ABC):
@@ -60,6 +66,7 @@ LOOPS: dict[str, str] = {
     "single_turn": "coderl.agents.single_turn:SingleTurnLoop",
     "tool": "coderl.agents.tool_loop:ToolLoop",
     "swe": "coderl.agents.swe:SWELoop",
+    "remote": "coderl.agents.remote:RemoteLoop",
 }
 
 

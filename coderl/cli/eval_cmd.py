@@ -37,6 +37,13 @@ def run_rollout(ns: argparse.Namespace) -> int:
 
 def context_factory(cfg: Config, chat: ChatFormat) -> Any:
     r = cfg.rollout
+    if r.agent == "remote" and not r.remote_command.strip():
+        from coderl.errors import ConfigError
+
+        raise ConfigError(
+            "rollout.remote_command: empty — rollout.agent=remote runs an agent program; give its command "
+            "(e.g. the one in coderl/configs/remote_mini_swe_agent.yaml)"
+        )
     sampling = SamplingParams(max_tokens=r.max_tokens, temperature=r.temperature, top_p=r.top_p)
     limits = AgentLimits(r.max_turns, r.max_total_tokens, r.max_context_tokens, r.max_tool_output_chars)
 
@@ -57,6 +64,8 @@ def context_factory(cfg: Config, chat: ChatFormat) -> Any:
             group_id,
             baselines,
             response_prefix=r.response_prefix,
+            remote_command=r.remote_command,
+            remote_timeout_s=r.remote_timeout_s,
         )
 
     return make

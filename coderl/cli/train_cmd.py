@@ -17,8 +17,13 @@ DEFAULTS = "train.yaml"
 """Packaged defaults of `coderl train` (coderl/configs/train.yaml): what runs with no arguments."""
 
 
+def packaged_config(name: str) -> Path:
+    """A config file shipped in coderl/configs/."""
+    return Path(str(resources.files("coderl") / "configs" / name))
+
+
 def default_train_config() -> Path:
-    return Path(str(resources.files("coderl") / "configs" / DEFAULTS))
+    return packaged_config(DEFAULTS)
 
 
 def run_train(ns: argparse.Namespace) -> int:

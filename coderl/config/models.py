@@ -102,7 +102,8 @@ class TasksConfig(Section):
 
 class RolloutConfig(Section):
     agent: str = "swe"
-    """Agent loop: single_turn | tool | swe | remote, or module:Class for your own."""
+    """Agent loop: single_turn | tool | swe | remote (an external agent program through the recording
+    proxy), or module:Class for your own."""
     group_size: int = Field(1, ge=1)
     """Samples per task (G); pass@k needs k <= G."""
     temperature: float = Field(1.0, ge=0.0)
@@ -122,6 +123,12 @@ class RolloutConfig(Section):
     response_prefix: str = ""
     """Written by the environment (mask 0) at the start of every assistant turn of the tool and swe
     loops, e.g. "<tool_call>\\n" to steer a small model into the tool-call format; the model continues it."""
+    remote_command: str = ""
+    """agent=remote: the agent program, a shell command run in the task's sandbox with OPENAI_BASE_URL /
+    OPENAI_API_KEY / ANTHROPIC_BASE_URL / ANTHROPIC_API_KEY set to its own proxy session, the task in
+    $CODERL_TASK and $CODERL_TASK_FILE, the model name in $CODERL_MODEL (needs sandbox.network=true)."""
+    remote_timeout_s: float = Field(1800.0, gt=0)
+    """agent=remote: wall-clock limit of the agent program (exit status error when it passes)."""
     max_engine_requests: int = Field(16, ge=1)
     """Engine requests in flight at once."""
     max_sandboxes: int = Field(8, ge=1)

@@ -1,0 +1,198 @@
+"""``remote``: train an agent program coderl does not control, through the recording proxy.
+
+For each rollout: a recording proxy (:mod:`coderl.proxy`) is started on loopback in front of the
+rollout's engine, with one session; the task's snapshot (starting state committed to git) goes into a
+sandbox; ``rollout.remote_command`` runs there with ``OPENAI_BASE_URL`` / ``OPENAI_API_KEY`` /
+``ANTHROPIC_BASE_URL`` / ``ANTHROPIC_API_KEY`` pointing at the session, the task text in
+``CODERL_TASK`` (and the file ``$CODERL_TASK_FILE``) and the served model name in ``CODERL_MODEL``.
+When the program exits, the session's calls are merged into trajectories (token-exact: the proxy
+records the ids the engine sampled), the patch is the repository's diff, and the trajectory with the
+most model tokens is returned (the others - a sub-agent's, a compacted history's - are counted).
+
+The program reaches the proxy over the host's loopback, so the sandbox needs ``sandbox.network=true``
+(or ``sandbox.backend=process`` for a host process without isolation).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shlex
+import tempfile
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from coderl.agents.base import AgentContext, AgentLoop
+from coderl.agents.baseline import GIT_BASELINE
+from coderl.engine.base import Engine
+from coderl.engine.params import SamplingParams
+from coderl.errors import AgentError, SandboxError
+from coderl.sandbox import Sandbox
+from coderl.types import Completion, Task, Trajectory
+
+TASK_FILE = ".coderl_task.md"
+"""Where the task text is written in the workspace (removed before the patch is taken)."""
+
+
+class _Borrowed(Engine):
+    """The rollout's engine, lent to the proxy: the proxy app must not start or stop it."""
+
+    def __init__(self, inner: Engine) -> None:
+        self.inner = inner
+        self.name = inner.name
+
+    async def start(self) -> None:
+        pass
+
+    async def stop(self) -> None:
+        pass
+
+    async def generate(
+        self, prompt_ids: list[int], params: SamplingParams, session_id: str | None = None
+    ) -> Completion:
+        return await self.inner.generate(prompt_ids, params, session_id=session_id)
+
+    async def update_weights(self, weights: Mapping[str, Any] | str | Path) -> int:
+        raise AgentError("the remote agent loop's proxy does not update weights")
+
+    @property
+    def policy_version(self) -> int:
+        return self.inner.policy_version
+
+    def stats(self) -> dict[str, Any]:
+        return self.inner.stats()
+
+
+@contextlib.asynccontextmanager
+async def local_proxy(engine: Engine, ctx: AgentContext, folder: Path) -> Any:
+    """A recording proxy on 127.0.0.1 (a free port) for the length of the block; yields its service
+    and base URL."""
+    import uvicorn
+
+    from coderl.proxy.app import create_app
+    from coderl.proxy.config import ProxyConfig
+
+    cfg = ProxyConfig(port=0, db=folder / "record.sqlite", admin_token="unused-" + folder.name)
+    app = create_app(cfg, _Borrowed(engine), ctx.chat, model_name=ctx.remote_model)
+
+    class QuietServer(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:  # the trainer's process keeps its own handlers
+            yield
+
+    server = QuietServer(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on"))
+    serving = asyncio.create_task(server.serve())
+    try:
+        while not server.started:
+            if serving.done():
+                serving.result()
+                raise AgentError("the remote loop's recording proxy stopped while starting")
+            await asyncio.sleep(0.01)
+        port = server.servers[0].sockets[0].getsockname()[1]
+        yield app.state.service, f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(serving, timeout=10)
+
+
+class RemoteLoop(AgentLoop):
+    name = "remote"
+
+    async def run(self, task: Task, ctx: AgentContext) -> Trajectory:
+        started = time.perf_counter()
+        empty = Trajectory(task_id=task.id, group_id=ctx.group_id, prompt_ids=[])
+        sb: Sandbox | None = None
+        try:
+            if not ctx.remote_command.strip():
+                raise AgentError(
+                    "rollout.agent=remote needs rollout.remote_command, the agent program to run "
+                    "(e.g. coderl/configs/remote_mini_swe_agent.yaml)"
+                )
+            with tempfile.TemporaryDirectory(prefix="coderl-remote-") as tmp:
+                async with local_proxy(ctx.engine, ctx, Path(tmp)) as (service, url):
+                    row, secret = service.create_session({"task_id": task.id, "group_id": ctx.group_id})
+                    sb = await self._prepare(task, ctx)
+                    await sb.write_file(TASK_FILE, task.instruction.encode())
+                    root = f"{url}/s/{row.id}"
+                    env = {
+                        "OPENAI_BASE_URL": f"{root}/v1", "OPENAI_API_BASE": f"{root}/v1", "OPENAI_API_KEY": secret,
+                        "ANTHROPIC_BASE_URL": root, "ANTHROPIC_API_KEY": secret,
+                        "CODERL_TASK": task.instruction, "CODERL_TASK_FILE": f"{sb.spec.workdir}/{TASK_FILE}",
+                        "CODERL_MODEL": ctx.remote_model,
+                    }  # fmt: skip
+                    t0 = time.perf_counter()
+                    result = await sb.exec(ctx.remote_command, timeout=ctx.remote_timeout_s, env=env)
+                    agent_s = time.perf_counter() - t0
+                    await sb.exec(f"rm -f {shlex.quote(TASK_FILE)}", timeout=30)
+                    patch = await _diff(sb)
+                    service.complete(row.id)
+                    record = service.record(row.id)
+            traj = _main_trajectory(record, task, ctx.group_id)
+            if result.timed_out:
+                traj.exit_status, traj.error = (
+                    "error",
+                    f"agent command timed out after {ctx.remote_timeout_s:g} s",
+                )
+            elif result.exit_code != 0:
+                tail = (result.stderr or result.stdout)[-500:]
+                traj.exit_status, traj.error = "error", f"agent command exited {result.exit_code}: {tail}"
+            else:
+                traj.exit_status = "submitted"
+            traj.patch = patch
+            stats = record["stats"]
+            traj.metrics.update(
+                {
+                    "turns": float(traj.num_turns),
+                    "prompt_tokens": float(len(traj.prompt_ids)),
+                    "model_tokens": float(sum(traj.response_mask)),
+                    "env_tokens": float(len(traj.response_mask) - sum(traj.response_mask)),
+                    "format_errors": 0.0,
+                    "proxy_calls": float(len(record["calls"])),
+                    "proxy_trajectories": float(len(record["trajectories"])),
+                    "proxy_splits": float(stats.get("splits", 0)),
+                    "engine_s": sum(float(c.get("timing", {}).get("engine_s", 0.0)) for c in record["calls"]),
+                    "sandbox_s": agent_s,
+                    "wall_s": time.perf_counter() - started,
+                    "agent_exit_code": float(result.exit_code),
+                }
+            )  # fmt: skip
+            for reason, n in stats.get("split_reasons", {}).items():
+                traj.metrics[f"proxy_splits/{reason}"] = float(n)
+            return traj
+        except Exception as exc:  # a failed rollout is data, never an exception for the runner
+            empty.exit_status, empty.error = "error", f"{type(exc).__name__}: {exc}"
+            return empty
+        finally:
+            if sb is not None:
+                await sb.close()
+
+    async def _prepare(self, task: Task, ctx: AgentContext) -> Sandbox:
+        seeded = await ctx.baselines.task_with_baseline(task, ctx.make_sandbox)
+        sb = await ctx.make_sandbox(seeded or task)
+        if seeded is None:
+            r = await sb.exec(GIT_BASELINE, timeout=120)
+            if r.exit_code != 0:
+                await sb.close()
+                raise SandboxError(f"could not record the starting state with git: {r.stderr[-300:]}")
+        return sb
+
+
+async def _diff(sb: Sandbox) -> str:
+    r = await sb.exec("git add -A >/dev/null 2>&1; git diff --cached --no-color", timeout=60)
+    return r.stdout if r.exit_code == 0 else ""
+
+
+def _main_trajectory(record: dict[str, Any], task: Task, group_id: str) -> Trajectory:
+    """The session's trajectory with the most model tokens, as a :class:`Trajectory`."""
+    trajs = record["trajectories"]
+    if not trajs:
+        return Trajectory(task_id=task.id, group_id=group_id, prompt_ids=[])
+    best = max(trajs, key=lambda t: sum(t["response_mask"]))
+    fields = {k: best[k] for k in Trajectory.__dataclass_fields__ if k in best}
+    traj = Trajectory(**fields)
+    traj.task_id, traj.group_id = task.id, group_id
+    traj.metrics = dict(best.get("metrics") or {})
+    return traj
