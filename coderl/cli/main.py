@@ -15,9 +15,7 @@ Handler = Callable[[argparse.Namespace], int]
 # Subcommands whose capability is not built yet, with the issue that builds it.
 NOT_BUILT: dict[str, tuple[str, int]] = {}
 NOT_BUILT_SERVE: dict[str, tuple[str, int]] = {}
-NOT_BUILT_BENCH = {
-    "proxy": ("proxy benchmarks", 5),
-}
+NOT_BUILT_BENCH: dict[str, tuple[str, int]] = {}
 
 
 def _config_args(p: argparse.ArgumentParser) -> None:
@@ -189,6 +187,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--window", type=int, default=5, help="steps averaged at each end (default 5)")
     p.add_argument("--write", metavar="FILE", help="also write the figures into this Markdown file")
     p.set_defaults(func=_lazy("coderl.bench.learn", "run_bench_learn"))
+    p = bench.add_parser(
+        "proxy",
+        help="recording proxy: added latency p50/p99 and throughput at 1/64/256 sessions vs direct and LiteLLM",
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    p.add_argument("--quick", action="store_true", help="fewer calls, 1 and 16 sessions (a smoke run)")
+    p.add_argument(
+        "--latency", type=float, default=1.0, help="scripted engine seconds per call for throughput"
+    )
+    p.add_argument(
+        "--calls", type=int, default=4, help="calls per session in the throughput runs (default 4)"
+    )
+    p.add_argument("--no-litellm", action="store_true", help="skip the LiteLLM reference")
+    p.add_argument("--write", metavar="FILE", help="also write the figures into this Markdown file")
+    p.set_defaults(func=_lazy("coderl.bench.proxy", "run_bench_proxy"))
     for name, (what, issue) in NOT_BUILT_BENCH.items():
         p = bench.add_parser(name, help=f"{what} [not built yet: issue #{issue}]")
         p.add_argument("--json", action="store_true")

@@ -429,7 +429,8 @@ def _informative_groups(results: list[RolloutResult]) -> set[str]:
 
 def _summary(row: dict[str, Any]) -> str:
     return (
-        f"reward {row['reward_mean']:.2f} pass {row['pass_rate']:.0%} len {row['response_len_mean']:.0f} "
+        f"reward {row['reward_mean']:.2f} (shaped {row.get('shaped_reward_mean', row['reward_mean']):.2f}) "
+        f"pass {row['pass_rate']:.0%} len {row['response_len_mean']:.0f} "
         f"kl {row.get('kl', 0.0):.4f} ent {row.get('entropy', 0.0):.2f} mismatch {row.get('logprob_mismatch', 0.0):.1e} "
         f"{row.get('step_s', 0.0):.0f}s"
     )

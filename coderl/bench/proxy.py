@@ -1,0 +1,316 @@
+"""``coderl bench proxy``: what the recording proxy costs an agent, against calling the engine directly
+and against LiteLLM's proxy in front of the same engine.
+
+Processes (each one uvicorn worker, all on loopback): two scripted engine servers
+(:mod:`coderl.bench.proxy_engine`; one answers at once, one after ``--latency`` s), a ``coderl proxy
+serve`` in front of each (``engine.type=http``, token ids over ``/v1/completions``) and, unless
+``--no-litellm``, a LiteLLM proxy in front of each (installed on first use into its own virtualenv
+under the coderl cache folder, so its pinned dependencies never touch this environment). The load
+generator is this process (httpx, asyncio).
+
+(a) Added latency: one session, sequential OpenAI chat calls, each with a different question (an
+identical body would be answered from the proxy's record), streaming and not; p50 / p99 of the time
+to the whole answer through a proxy minus the same percentile calling the engine's own chat route.
+(b) Throughput: N sessions at once (1, 64, 256), each making ``--calls`` calls in turn, against the
+engine that answers after ``--latency`` s; calls per second through a proxy divided by calls per
+second calling the engine directly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import httpx
+from rich.console import Console
+
+from coderl.bench.report import command_line, machine_info, percentile, write_section
+
+LEVELS = (1, 64, 256)
+ADMIN = "bench-admin-token"
+
+
+def run_bench_proxy(ns: argparse.Namespace) -> int:
+    result = asyncio.run(
+        bench_proxy(
+            quick=ns.quick, latency_s=ns.latency, calls=ns.calls, litellm=not ns.no_litellm,
+            console=Console(stderr=True),
+        )
+    )  # fmt: skip
+    result["command"] = command_line()
+    if ns.write:
+        write_section(Path(ns.write), "proxy", to_markdown(result))
+    print(json.dumps(result) if ns.json else to_markdown(result))
+    return 0
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _spawn(stack: ExitStack, argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, **(env or {})}
+    )
+
+    def stop() -> None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+    stack.callback(stop)
+    return proc
+
+
+async def _wait_ready(url: str, proc: subprocess.Popen[bytes], what: str, timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    async with httpx.AsyncClient() as client:
+        while True:
+            if proc.poll() is not None:
+                err = proc.stderr.read().decode(errors="replace")[-800:] if proc.stderr else ""
+                raise RuntimeError(f"{what} exited with {proc.returncode}: {err}")
+            try:
+                if (await client.get(url, timeout=2)).status_code < 500:
+                    return
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{what} did not answer {url} within {timeout:g} s")
+            await asyncio.sleep(0.3)
+
+
+def litellm_executable(console: Console) -> Path:
+    """LiteLLM's proxy CLI in a virtualenv of its own (created on first use)."""
+    from platformdirs import user_cache_dir
+
+    venv = Path(os.environ.get("CODERL_CACHE_DIR") or user_cache_dir("coderl")) / "bench-litellm-venv"
+    exe = venv / "bin" / "litellm"
+    if not exe.is_file():
+        with console.status(f"installing litellm[proxy] into {venv} (once)"):
+            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+            subprocess.run(
+                [str(venv / "bin" / "pip"), "install", "-q", "litellm[proxy]"],
+                check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            )  # fmt: skip
+    return exe
+
+
+class Target:
+    """One way of calling the engine: its chat URL, and headers per session."""
+
+    def __init__(self, name: str, base: str, sessions: list[tuple[str, str]] | None = None) -> None:
+        self.name = name
+        self.base = base
+        self.sessions = sessions  # (base_url, secret) per session for the coderl proxy
+
+    def url_and_headers(self, i: int) -> tuple[str, dict[str, str]]:
+        if self.sessions is None:
+            return f"{self.base}/v1/chat/completions", {"Authorization": "Bearer sk-bench"}
+        base, secret = self.sessions[i % len(self.sessions)]
+        return f"{base}/chat/completions", {"Authorization": f"Bearer {secret}"}
+
+
+async def _sessions(client: httpx.AsyncClient, proxy: str, n: int) -> list[tuple[str, str]]:
+    out = []
+    for _ in range(n):
+        r = await client.post(f"{proxy}/sessions", headers={"Authorization": f"Bearer {ADMIN}"}, json={})
+        r.raise_for_status()
+        body = r.json()
+        out.append((body["openai_base_url"], body["secret"]))
+    return out
+
+
+async def _call(client: httpx.AsyncClient, target: Target, i: int, n: int, stream: bool) -> float:
+    url, headers = target.url_and_headers(i)
+    body = {
+        "model": "coderl",
+        "messages": [{"role": "user", "content": f"Session {i}, question {n}: why does test_{n} fail?"}],
+        "max_tokens": 32,
+        "stream": stream,
+    }
+    t0 = time.perf_counter()
+    if stream:
+        async with client.stream("POST", url, json=body, headers=headers) as r:
+            if r.status_code != 200:
+                raise RuntimeError(f"{target.name}: HTTP {r.status_code}: {(await r.aread())[:300]!r}")
+            async for _ in r.aiter_lines():
+                pass
+    else:
+        r = await client.post(url, json=body, headers=headers)
+        if r.status_code != 200:
+            raise RuntimeError(f"{target.name}: HTTP {r.status_code}: {r.text[:300]}")
+    return time.perf_counter() - t0
+
+
+async def _latency(client: httpx.AsyncClient, target: Target, n: int, stream: bool) -> list[float]:
+    for k in range(5):  # warm-up: connections, caches, first-call imports
+        await _call(client, target, 0, -1 - k, stream)
+    return [await _call(client, target, 0, k, stream) for k in range(n)]
+
+
+async def _throughput(client: httpx.AsyncClient, target: Target, sessions: int, calls: int) -> float:
+    async def session(i: int) -> None:
+        for k in range(calls):
+            await _call(client, target, i, k, False)
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(session(i) for i in range(sessions)))
+    return sessions * calls / (time.perf_counter() - t0)
+
+
+async def bench_proxy(
+    quick: bool = False,
+    latency_s: float = 1.0,
+    calls: int = 4,
+    litellm: bool = True,
+    console: Console | None = None,
+) -> dict[str, Any]:
+    console = console or Console(stderr=True)
+    n_latency = 40 if quick else 300
+    levels = (1, 16) if quick else LEVELS
+    py = sys.executable
+    result: dict[str, Any] = {"machine": machine_info(), "latency_calls": n_latency, "levels": list(levels),
+                              "engine_latency_s": latency_s, "calls_per_session": calls}  # fmt: skip
+    with ExitStack() as stack:
+        engines, proxies, lites = {}, {}, {}
+        for kind, lat in (("instant", 0.0), ("slow", latency_s)):
+            port = _free_port()
+            proc = _spawn(
+                stack, [py, "-m", "coderl.bench.proxy_engine", "--port", str(port), "--latency", str(lat)]
+            )
+            engines[kind] = (f"http://127.0.0.1:{port}", proc)
+        with console.status(
+            "starting scripted engines, coderl proxies" + (" and LiteLLM" if litellm else "")
+        ):
+            for kind, (url, proc) in engines.items():
+                await _wait_ready(f"{url}/health", proc, f"scripted engine ({kind})")
+                port = _free_port()
+                db = Path(stack.enter_context(_tempdir())) / "record.sqlite"
+                proxy = _spawn(stack, [
+                    py, "-m", "coderl.cli.main", "proxy", "serve", f"proxy.port={port}", f"proxy.admin_token={ADMIN}",
+                    f"proxy.db={db}", "engine.type=http", "engine.api=coderl", f"engine.urls=[{url}]",
+                    "engine.max_retries=0", "run.log_level=warning",
+                ])  # fmt: skip
+                proxies[kind] = (f"http://127.0.0.1:{port}", proxy)
+            for kind, (url, proc) in proxies.items():
+                await _wait_ready(f"{url}/health", proc, f"coderl proxy ({kind})")
+            if litellm:
+                try:
+                    exe = litellm_executable(console)
+                    for kind, (url, _) in engines.items():
+                        port = _free_port()
+                        proc = _spawn(
+                            stack,
+                            [str(exe), "--model", "openai/coderl", "--api_base", f"{url}/v1", "--port", str(port),
+                             "--num_workers", "1"],
+                            env={"LITELLM_LOCAL_MODEL_COST_MAP": "True", "OPENAI_API_KEY": "sk-bench",
+                                 "LITELLM_LOG": "ERROR"},
+                        )  # fmt: skip
+                        lites[kind] = (f"http://127.0.0.1:{port}", proc)
+                    for kind, (url, proc) in lites.items():
+                        await _wait_ready(f"{url}/health/liveliness", proc, f"LiteLLM ({kind})")
+                except (OSError, RuntimeError, subprocess.CalledProcessError) as exc:
+                    result["litellm"] = {"skipped": f"{type(exc).__name__}: {exc}"[:500]}
+                    lites = {}
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=512)
+        async with httpx.AsyncClient(timeout=120, limits=limits) as client:
+            targets: dict[str, dict[str, Target]] = {
+                "direct": {k: Target("direct", u) for k, (u, _) in engines.items()},
+                "coderl": {k: Target("coderl", u, await _sessions(client, u, max(levels))) for k, (u, _) in proxies.items()},
+                **({"litellm": {k: Target("litellm", u) for k, (u, _) in lites.items()}} if lites else {}),
+            }  # fmt: skip
+            figures: dict[str, dict[str, Any]] = {name: {} for name in targets}
+            for stream in (False, True):
+                tag = "stream" if stream else "plain"
+                for name, by_kind in targets.items():
+                    console.print(f"latency ({tag}): {name}")
+                    times = await _latency(client, by_kind["instant"], n_latency, stream)
+                    figures[name][f"p50_{tag}_ms"] = percentile(times, 50) * 1000
+                    figures[name][f"p99_{tag}_ms"] = percentile(times, 99) * 1000
+            for level in levels:
+                for name, by_kind in targets.items():
+                    console.print(f"throughput at {level} sessions: {name}")
+                    figures[name][f"rps_{level}"] = await _throughput(client, by_kind["slow"], level, calls)
+    direct = figures["direct"]
+    for name in ("coderl", "litellm"):
+        if name not in figures:
+            continue
+        f = figures[name]
+        summary = {
+            "added_latency_p50_ms": f["p50_plain_ms"] - direct["p50_plain_ms"],
+            "added_latency_p99_ms": f["p99_plain_ms"] - direct["p99_plain_ms"],
+            "added_latency_p50_stream_ms": f["p50_stream_ms"] - direct["p50_stream_ms"],
+            "added_latency_p99_stream_ms": f["p99_stream_ms"] - direct["p99_stream_ms"],
+            **{f"throughput_ratio_{lv}": f[f"rps_{lv}"] / direct[f"rps_{lv}"] for lv in levels},
+            "raw": f,
+        }
+        if name == "coderl":
+            result.update(summary)
+        else:
+            result["litellm"] = summary
+    result["direct"] = direct
+    return result
+
+
+class _tempdir:
+    def __enter__(self) -> str:
+        import tempfile
+
+        self._dir = tempfile.TemporaryDirectory(prefix="coderl-bench-proxy-")
+        return self._dir.name
+
+    def __exit__(self, *exc: object) -> None:
+        self._dir.cleanup()
+
+
+def to_markdown(r: dict[str, Any]) -> str:
+    m = r["machine"]
+    rows = [("coderl proxy", r)]
+    lite = r.get("litellm") or {}
+    if "added_latency_p50_ms" in lite:
+        rows.append(("LiteLLM proxy", lite))
+    lines = [
+        "## Recording proxy (`coderl bench proxy`)",
+        "",
+        f"Command: `{r['command']}` — {m['cpu']}, {m['cores']} cores. All processes on this machine (one uvicorn "
+        f"worker each): scripted engine servers, the proxies in front of them, and the load generator. Latency: "
+        f"{r['latency_calls']} sequential calls of one session, engine answering at once. Throughput: N sessions "
+        f"x {r['calls_per_session']} calls, engine answering after {r['engine_latency_s']:g} s.",
+        "",
+        "| | added p50 (ms) | added p99 (ms) | added p50, streaming | added p99, streaming | "
+        + " | ".join(f"throughput ÷ direct at {lv}" for lv in r["levels"])
+        + " |",
+        "|---|---|---|---|---|" + "---|" * len(r["levels"]),
+    ]
+    for label, f in rows:
+        lines.append(
+            f"| {label} | {f['added_latency_p50_ms']:.2f} | {f['added_latency_p99_ms']:.2f} | "
+            f"{f['added_latency_p50_stream_ms']:.2f} | {f['added_latency_p99_stream_ms']:.2f} | "
+            + " | ".join(f"{f[f'throughput_ratio_{lv}']:.2f}" for lv in r["levels"])
+            + " |"
+        )
+    d = r["direct"]
+    lines += [
+        "",
+        f"Direct: p50 {d['p50_plain_ms']:.2f} ms (streaming {d['p50_stream_ms']:.2f} ms); "
+        + ", ".join(f"{d[f'rps_{lv}']:.1f} calls/s at {lv}" for lv in r["levels"])
+        + ". "
+        "Targets (coderl): p50 added latency under 2 ms; throughput ≥ 0.90 of direct at 256 sessions.",
+    ]
+    if "skipped" in lite:
+        lines += ["", f"LiteLLM was not measured: {lite['skipped']}"]
+    return "\n".join(lines)
