@@ -203,3 +203,12 @@ def test_format_reward_shapes_the_batch_rewards_only() -> None:
     batch = build_batch(trajs, AlgoConfig(advantage="grpo", format_reward=0.5), max_response=8)
     assert batch.rewards.tolist() == [1.5, 0.0, 1.25, 0.5]
     assert [t.reward for t in trajs] == [1.0, 0.0, 1.0, 0.0]  # the recorded task reward is untouched
+
+
+def test_a_checkpointed_row_lost_before_the_metrics_file_is_restored(tmp_path: Path) -> None:
+    path = tmp_path / "metrics.jsonl"
+    path.write_text(json.dumps({"step": 1, "reward_mean": 0.5}) + "\n")
+    assert checkpoints.restore_row(path, {"step": 2, "reward_mean": 0.25})  # killed after the checkpoint
+    assert not checkpoints.restore_row(path, {"step": 2, "reward_mean": 0.25})  # never twice
+    assert not checkpoints.restore_row(path, None)
+    assert [r["step"] for r in checkpoints.read_metrics(path)] == [1, 2]

@@ -61,9 +61,12 @@ def _free_port() -> int:
 
 
 def _spawn(stack: ExitStack, argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-    proc = subprocess.Popen(
-        argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, **(env or {})}
-    )
+    """Start a server process; its output goes to a temporary file (a pipe nobody reads could fill up)."""
+    import tempfile
+
+    log = stack.enter_context(tempfile.TemporaryFile())
+    proc = subprocess.Popen(argv, stdout=log, stderr=log, env={**os.environ, **(env or {})})
+    proc.log = log  # type: ignore[attr-defined]
 
     def stop() -> None:
         proc.terminate()
@@ -81,7 +84,9 @@ async def _wait_ready(url: str, proc: subprocess.Popen[bytes], what: str, timeou
     async with httpx.AsyncClient() as client:
         while True:
             if proc.poll() is not None:
-                err = proc.stderr.read().decode(errors="replace")[-800:] if proc.stderr else ""
+                log = proc.log  # type: ignore[attr-defined]
+                log.seek(0)
+                err = log.read().decode(errors="replace")[-800:]
                 raise RuntimeError(f"{what} exited with {proc.returncode}: {err}")
             try:
                 if (await client.get(url, timeout=2)).status_code < 500:

@@ -83,6 +83,15 @@ def truncate_metrics(path: Path, last_step: int) -> int:
     return dropped
 
 
+def restore_row(path: Path, row: dict[str, Any] | None) -> bool:
+    """Append a checkpoint's own metrics row when the kill came before it reached ``metrics.jsonl``."""
+    if row is None or any(r.get("step") == row.get("step") for r in read_metrics(path)):
+        return False
+    with path.open("a") as fh:
+        fh.write(json.dumps(row) + "\n")
+    return True
+
+
 def read_metrics(path: Path) -> list[dict[str, Any]]:
     """Every complete row of a metrics.jsonl file."""
     rows: list[dict[str, Any]] = []

@@ -112,6 +112,7 @@ class Trainer:
             self.cursor = int(state["cursor"])
             self.start_step = int(state["step"]) + 1
             dropped = checkpoints.truncate_metrics(self.run_dir / "metrics.jsonl", int(state["step"]))
+            checkpoints.restore_row(self.run_dir / "metrics.jsonl", state.get("row"))
             await self._sync(int(state["policy_version"]))
             self.console.print(
                 f"resumed from {folder} (step {state['step']}); {dropped} metric rows of lost steps dropped"
@@ -247,7 +248,8 @@ class Trainer:
 
         if step % cfg.train.save_every == 0 or step == cfg.train.steps:
             t = time.perf_counter()
-            await asyncio.to_thread(self._save, step)
+            row["stage_s"], row["step_s"] = dict(stage_s), time.perf_counter() - t_step
+            await asyncio.to_thread(self._save, step, row)
             stage_s["save"] = time.perf_counter() - t
         if self.val_tasks and (
             step == cfg.train.steps or (cfg.train.val_every and step % cfg.train.val_every == 0)
@@ -373,10 +375,18 @@ class Trainer:
         shutil.rmtree(folder, ignore_errors=True)
         tmp.rename(folder)
 
-    def _save(self, step: int) -> None:
+    def _save(self, step: int, row: dict[str, Any]) -> None:
+        """The checkpoint of ``step``; it carries the step's metrics row, since a kill between the
+        checkpoint and the metrics file must lose neither."""
         tmp = checkpoints.begin(self.run_dir, step)
         self.actor.save(tmp / "actor")
-        state = {"step": step, "cursor": self.cursor, "policy_version": self.version, "time": time.time()}
+        state = {
+            "step": step,
+            "cursor": self.cursor,
+            "policy_version": self.version,
+            "time": time.time(),
+            "row": row,
+        }
         checkpoints.commit(self.run_dir, tmp, step, state, self.cfg.train.keep_checkpoints)
 
     async def _validate(self, step: int, progress: Progress) -> dict[str, float]:
