@@ -161,6 +161,10 @@ class Trainer:
             summary["pass_rate (first steps)"] = sum(r["pass_rate"] for r in head) / len(head)
             summary["pass_rate (last steps)"] = sum(r["pass_rate"] for r in tail) / len(tail)
             summary["reward_mean (last)"] = rows[-1]["reward_mean"]
+            if any("shaped_reward_mean" in r for r in rows):
+                shaped = [r.get("shaped_reward_mean", 0.0) for r in rows]
+                summary["shaped reward (first steps)"] = sum(shaped[: len(head)]) / len(head)
+                summary["shaped reward (last steps)"] = sum(shaped[-len(tail) :]) / len(tail)
             summary["logprob_mismatch (max over steps)"] = max(r["logprob_mismatch"] for r in rows)
             summary["token_mismatch (total)"] = sum(r["token_mismatch"] for r in rows)
             vals = [r for r in rows if "val_pass_rate" in r]

@@ -14,10 +14,11 @@ from pathlib import Path
 from typing import Any
 
 _COLOURS = ["#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#4b5563"]
-_W, _H, _PAD = 520, 220, 42
+_W, _H, _PAD = 520, 220, 58
 
 CHARTS: list[tuple[str, list[str]]] = [
-    ("Reward and pass rate", ["reward_mean", "pass_rate", "val_pass_rate"]),
+    ("Reward and pass rate", ["reward_mean", "shaped_reward_mean", "pass_rate", "val_pass_rate"]),
+    ("Format errors per trajectory", ["format_errors_mean"]),
     ("Response length (model tokens)", ["response_len_mean", "response_len_max"]),
     ("KL and entropy", ["kl", "entropy"]),
     ("Rollout vs trainer logprob mismatch", ["logprob_mismatch"]),
