@@ -374,7 +374,13 @@ class Trainer:
         shutil.copytree(resolve_checkpoint(self.cfg.model.path, self.cfg.model.cache_dir), tmp)
         for old in tmp.glob("*.safetensors"):
             old.unlink()
-        state = {k: v.contiguous().cpu() for k, v in self.actor.state_dict_for_engine().items()}
+        state: dict[str, Any] = {}
+        seen: set[int] = set()
+        for name, tensor in self.actor.state_dict_for_engine().items():
+            if tensor.data_ptr() in seen:  # tied weights (lm_head = embed_tokens): stored once, as HF does
+                continue
+            seen.add(tensor.data_ptr())
+            state[name] = tensor.contiguous().cpu()
         save_file(state, str(tmp / "model.safetensors"))
         shutil.rmtree(folder, ignore_errors=True)
         tmp.rename(folder)
