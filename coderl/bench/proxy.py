@@ -167,14 +167,23 @@ async def _latency(client: httpx.AsyncClient, target: Target, n: int, stream: bo
     return [await _call(client, target, 0, k, stream) for k in range(n)]
 
 
-async def _throughput(client: httpx.AsyncClient, target: Target, sessions: int, calls: int) -> float:
+async def _throughput(
+    client: httpx.AsyncClient, target: Target, sessions: int, calls: int
+) -> tuple[float, int]:
+    """Successful calls per second, and how many calls failed (a dropped connection, a 5xx)."""
+    failed = 0
+
     async def session(i: int) -> None:
+        nonlocal failed
         for k in range(calls):
-            await _call(client, target, i, k, False)
+            try:
+                await _call(client, target, i, k, False)
+            except (httpx.HTTPError, RuntimeError):
+                failed += 1
 
     t0 = time.perf_counter()
     await asyncio.gather(*(session(i) for i in range(sessions)))
-    return sessions * calls / (time.perf_counter() - t0)
+    return (sessions * calls - failed) / (time.perf_counter() - t0), failed
 
 
 async def bench_proxy(
@@ -223,7 +232,7 @@ async def bench_proxy(
                             [str(exe), "--model", "openai/coderl", "--api_base", f"{url}/v1", "--port", str(port),
                              "--num_workers", "1"],
                             env={"LITELLM_LOCAL_MODEL_COST_MAP": "True", "OPENAI_API_KEY": "sk-bench",
-                                 "LITELLM_LOG": "ERROR"},
+                                 "LITELLM_MASTER_KEY": "sk-bench", "LITELLM_LOG": "ERROR"},
                         )  # fmt: skip
                         lites[kind] = (f"http://127.0.0.1:{port}", proc)
                     for kind, (url, proc) in lites.items():
@@ -249,7 +258,8 @@ async def bench_proxy(
             for level in levels:
                 for name, by_kind in targets.items():
                     console.print(f"throughput at {level} sessions: {name}")
-                    figures[name][f"rps_{level}"] = await _throughput(client, by_kind["slow"], level, calls)
+                    rps, failed = await _throughput(client, by_kind["slow"], level, calls)
+                    figures[name][f"rps_{level}"], figures[name][f"failed_{level}"] = rps, failed
     direct = figures["direct"]
     for name in ("coderl", "litellm"):
         if name not in figures:
@@ -282,6 +292,12 @@ class _tempdir:
         self._dir.cleanup()
 
 
+def _ratio(f: dict[str, Any], level: int, calls: int) -> str:
+    failed = f["raw"].get(f"failed_{level}", 0)
+    note = f" ({failed} of {level * calls} calls failed)" if failed else ""
+    return f"{f[f'throughput_ratio_{level}']:.2f}{note}"
+
+
 def to_markdown(r: dict[str, Any]) -> str:
     m = r["machine"]
     rows = [("coderl proxy", r)]
@@ -305,7 +321,7 @@ def to_markdown(r: dict[str, Any]) -> str:
         lines.append(
             f"| {label} | {f['added_latency_p50_ms']:.2f} | {f['added_latency_p99_ms']:.2f} | "
             f"{f['added_latency_p50_stream_ms']:.2f} | {f['added_latency_p99_stream_ms']:.2f} | "
-            + " | ".join(f"{f[f'throughput_ratio_{lv}']:.2f}" for lv in r["levels"])
+            + " | ".join(_ratio(f, lv, r["calls_per_session"]) for lv in r["levels"])
             + " |"
         )
     d = r["direct"]
