@@ -26,22 +26,17 @@ from typing import Any
 
 from coderl.agents.base import AgentContext, AgentLoop
 from coderl.agents.baseline import GIT_BASELINE
-from coderl.engine.base import Engine
-from coderl.engine.params import SamplingParams
+from coderl.engine.base import Engine, EngineView
 from coderl.errors import AgentError, SandboxError
 from coderl.sandbox import Sandbox
-from coderl.types import Completion, Task, Trajectory
+from coderl.types import Task, Trajectory
 
 TASK_FILE = ".coderl_task.md"
 """Where the task text is written in the workspace (removed before the patch is taken)."""
 
 
-class _Borrowed(Engine):
+class _Borrowed(EngineView):
     """The rollout's engine, lent to the proxy: the proxy app must not start or stop it."""
-
-    def __init__(self, inner: Engine) -> None:
-        self.inner = inner
-        self.name = inner.name
 
     async def start(self) -> None:
         pass
@@ -49,20 +44,8 @@ class _Borrowed(Engine):
     async def stop(self) -> None:
         pass
 
-    async def generate(
-        self, prompt_ids: list[int], params: SamplingParams, session_id: str | None = None
-    ) -> Completion:
-        return await self.inner.generate(prompt_ids, params, session_id=session_id)
-
     async def update_weights(self, weights: Mapping[str, Any] | str | Path) -> int:
         raise AgentError("the remote agent loop's proxy does not update weights")
-
-    @property
-    def policy_version(self) -> int:
-        return self.inner.policy_version
-
-    def stats(self) -> dict[str, Any]:
-        return self.inner.stats()
 
 
 @contextlib.asynccontextmanager

@@ -73,3 +73,33 @@ class Engine(abc.ABC):
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.stop()
+
+
+class EngineView(Engine):
+    """An engine in front of another that passes everything through; subclasses override what they
+    change (a concurrency gate, a record of what was sampled, a borrowed lifecycle)."""
+
+    def __init__(self, inner: Engine) -> None:
+        self.inner = inner
+        self.name = inner.name
+
+    async def start(self) -> None:
+        await self.inner.start()
+
+    async def stop(self) -> None:
+        await self.inner.stop()
+
+    async def generate(
+        self, prompt_ids: list[int], params: SamplingParams, session_id: str | None = None
+    ) -> Completion:
+        return await self.inner.generate(prompt_ids, params, session_id=session_id)
+
+    async def update_weights(self, weights: Mapping[str, torch.Tensor] | str | Path) -> int:
+        return await self.inner.update_weights(weights)
+
+    @property
+    def policy_version(self) -> int:
+        return self.inner.policy_version
+
+    def stats(self) -> dict[str, Any]:
+        return self.inner.stats()

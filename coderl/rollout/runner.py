@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from coderl.agents.base import AgentContext, get_loop
-from coderl.engine.base import Engine
+from coderl.engine.base import Engine, EngineView
 from coderl.engine.params import SamplingParams
 from coderl.rollout.store import TrajectoryStore
 from coderl.sandbox import SandboxSpec
@@ -23,38 +22,21 @@ from coderl.tasks.grading import RewardMode, grade
 from coderl.types import Completion, Task, Trajectory
 
 if TYPE_CHECKING:
-    import torch
+    pass
 
 
-class LimitedEngine(Engine):
+class LimitedEngine(EngineView):
     """An engine view that lets at most ``limit`` requests through at once."""
 
     def __init__(self, inner: Engine, limit: int) -> None:
-        self.inner = inner
-        self.name = inner.name
+        super().__init__(inner)
         self._gate = asyncio.Semaphore(limit)
-
-    async def start(self) -> None:
-        await self.inner.start()
-
-    async def stop(self) -> None:
-        await self.inner.stop()
 
     async def generate(
         self, prompt_ids: list[int], params: SamplingParams, session_id: str | None = None
     ) -> Completion:
         async with self._gate:
             return await self.inner.generate(prompt_ids, params, session_id=session_id)
-
-    async def update_weights(self, weights: Mapping[str, torch.Tensor] | str | Path) -> int:
-        return await self.inner.update_weights(weights)
-
-    @property
-    def policy_version(self) -> int:
-        return self.inner.policy_version
-
-    def stats(self) -> dict[str, Any]:
-        return self.inner.stats()
 
 
 @dataclass

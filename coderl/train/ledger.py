@@ -10,35 +10,26 @@ were not sampled by the policy, or its context is not what the engine saw.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from coderl.engine.base import Engine
+from coderl.engine.base import Engine, EngineView
 from coderl.engine.params import SamplingParams
 from coderl.types import Completion, Trajectory
 
 if TYPE_CHECKING:
-    import torch
+    pass
 
 
 def _digest(ids: list[int]) -> bytes:
     return hashlib.blake2b(repr(ids).encode(), digest_size=16).digest()
 
 
-class SampledLedger(Engine):
+class SampledLedger(EngineView):
     """An engine view recording ``digest(prompt) -> sampled ids`` for every completion."""
 
     def __init__(self, inner: Engine) -> None:
-        self.inner = inner
-        self.name = inner.name
+        super().__init__(inner)
         self.sampled: dict[bytes, list[list[int]]] = {}
-
-    async def start(self) -> None:
-        await self.inner.start()
-
-    async def stop(self) -> None:
-        await self.inner.stop()
 
     async def generate(
         self, prompt_ids: list[int], params: SamplingParams, session_id: str | None = None
@@ -46,16 +37,6 @@ class SampledLedger(Engine):
         completion = await self.inner.generate(prompt_ids, params, session_id=session_id)
         self.sampled.setdefault(_digest(prompt_ids), []).append(list(completion.token_ids))
         return completion
-
-    async def update_weights(self, weights: Mapping[str, torch.Tensor] | str | Path) -> int:
-        return await self.inner.update_weights(weights)
-
-    @property
-    def policy_version(self) -> int:
-        return self.inner.policy_version
-
-    def stats(self) -> dict[str, Any]:
-        return self.inner.stats()
 
     def clear(self) -> None:
         self.sampled.clear()
