@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import uvicorn
 
 
@@ -34,3 +36,17 @@ def serve(app: Any, timeout_s: float = 120.0) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(timeout=30)
+
+
+def wait_healthy(url: str, proc: subprocess.Popen[Any], timeout_s: float = 120.0) -> None:
+    """Poll ``url`` until it answers 200; fail at once if the server process exits."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if httpx.get(url, timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        assert proc.poll() is None, proc.stdout.read().decode() if proc.stdout else "server exited"
+        assert time.monotonic() < deadline, f"{url} did not come up in {timeout_s:g} s"
+        time.sleep(0.3)

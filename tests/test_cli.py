@@ -7,14 +7,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 import pytest
 
 from coderl.cli.main import main
-from tests.servers import free_port
+from tests.servers import free_port, wait_healthy
 
 
 def test_help_lists_every_design_subcommand(capsys: pytest.CaptureFixture[str]) -> None:
@@ -71,16 +70,7 @@ def test_engine_serve_process_answers_vllm_and_sglang_requests() -> None:
     )
     try:
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert proc.poll() is None, proc.stdout.read().decode() if proc.stdout else ""
-            assert time.monotonic() < deadline, "server did not come up"
-            time.sleep(0.3)
+        wait_healthy(f"{url}/health", proc)
         models = httpx.get(f"{url}/v1/models").json()
         assert models["data"][0]["id"] == "SmolLM2-135M-Instruct"
         r = httpx.post(

@@ -97,9 +97,7 @@ def test_minimal_grpo_example_runs() -> None:
 
 
 def test_train_syncs_weights_into_an_http_engine_server(tmp_path: Path) -> None:
-    import httpx
-
-    from tests.servers import free_port
+    from tests.servers import free_port, wait_healthy
 
     port = free_port()
     server = subprocess.Popen(
@@ -109,15 +107,7 @@ def test_train_syncs_weights_into_an_http_engine_server(tmp_path: Path) -> None:
     )
     try:
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert server.poll() is None and time.monotonic() < deadline, "engine server did not come up"
-            time.sleep(0.5)
+        wait_healthy(f"{url}/health", server)
         run = tmp_path / "run"
         args = [a for a in SMALL if not a.startswith(("train.steps", "actor.lr"))]
         _finish(
