@@ -24,6 +24,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from contextlib import ExitStack
 from pathlib import Path
@@ -62,8 +63,6 @@ def _free_port() -> int:
 
 def _spawn(stack: ExitStack, argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     """Start a server process; its output goes to a temporary file (a pipe nobody reads could fill up)."""
-    import tempfile
-
     log = stack.enter_context(tempfile.TemporaryFile())
     proc = subprocess.Popen(argv, stdout=log, stderr=log, env={**os.environ, **(env or {})})
     proc.log = log  # type: ignore[attr-defined]
@@ -213,7 +212,10 @@ async def bench_proxy(
             for kind, (url, proc) in engines.items():
                 await _wait_ready(f"{url}/health", proc, f"scripted engine ({kind})")
                 port = _free_port()
-                db = Path(stack.enter_context(_tempdir())) / "record.sqlite"
+                db = (
+                    Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="coderl-bench-proxy-")))
+                    / "record.sqlite"
+                )
                 proxy = _spawn(stack, [
                     py, "-m", "coderl.cli.main", "proxy", "serve", f"proxy.port={port}", f"proxy.admin_token={ADMIN}",
                     f"proxy.db={db}", "engine.type=http", "engine.api=coderl", f"engine.urls=[{url}]",
@@ -279,17 +281,6 @@ async def bench_proxy(
             result["litellm"] = summary
     result["direct"] = direct
     return result
-
-
-class _tempdir:
-    def __enter__(self) -> str:
-        import tempfile
-
-        self._dir = tempfile.TemporaryDirectory(prefix="coderl-bench-proxy-")
-        return self._dir.name
-
-    def __exit__(self, *exc: object) -> None:
-        self._dir.cleanup()
 
 
 def _ratio(f: dict[str, Any], level: int, calls: int) -> str:
