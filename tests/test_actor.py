@@ -13,7 +13,7 @@ import torch
 from coderl.checkpoint import load_model
 from coderl.engine import SamplingParams
 from coderl.engine.embedded import EmbeddedEngine
-from coderl.errors import ConfigError
+from coderl.errors import ConfigError, ModelError
 from coderl.train.actor import Actor
 from coderl.train.config import ActorConfig
 from coderl.train.packing import split_micro_batches
@@ -292,3 +292,39 @@ def test_bfloat16_keeps_float32_master_weights(batch: Any) -> None:
     assert all(p.dtype == torch.float32 for _, p in actor.trainable_parameters())
     ref_after = actor.score(sequences, starts, 1.0, reference=True)  # the frozen bf16 copy did not move
     assert all(torch.equal(r.logprobs, b.logprobs) for r, b in zip(ref_after, ref_before, strict=True))
+
+
+def test_value_head_scores_trains_and_checkpoints(batch: Any, tmp_path: Path) -> None:
+    sequences, starts = batch[0][:2], batch[1][:2]  # the two short answers
+    cfg = ActorConfig(device="cpu", seed=0, lr=1e-5, value_lr=3e-4)
+    actor = Actor(cfg, value_head=True)
+    actor.setup()
+    scored = actor.score(sequences, starts, 1.0, with_values=True)
+    for s, seq, st in zip(scored, sequences, starts, strict=True):
+        assert s.values is not None and s.values.shape == (len(seq) - st,)
+        assert torch.all(s.values == 0)  # zero-initialised head: V = 0, advantages = returns at first
+    targets = [torch.full((len(s) - st,), 0.5) for s, st in zip(sequences, starts, strict=True)]
+    total = sum(len(t) for t in targets)
+
+    def value_mse(indices: list[int], lps: Any, ents: Any, values: list[torch.Tensor]) -> torch.Tensor:
+        errors = [((v - targets[i]) ** 2).sum() for i, v in zip(indices, values, strict=True)]
+        return torch.stack(errors).sum() / total
+
+    losses = [actor.train_step(sequences, starts, 1.0, value_mse)["loss"] for _ in range(5)]
+    assert losses[0] == pytest.approx(0.25) and losses[-1] < 0.05, losses  # the head learned the target
+    after = torch.cat(
+        [s.values for s in actor.score(sequences, starts, 1.0, with_values=True) if s.values is not None]
+    )
+    assert not any("value" in name for name in actor.state_dict_for_engine())  # never synced to the engine
+
+    actor.save(tmp_path / "ckpt")
+    resumed = Actor(cfg.model_copy(update={"seed": 1}), value_head=True)
+    resumed.load(tmp_path / "ckpt")
+    again = resumed.score(sequences, starts, 1.0, with_values=True)
+    assert torch.equal(torch.cat([s.values for s in again if s.values is not None]), after)
+    with pytest.raises(ModelError, match="value head"):
+        Actor(ActorConfig(device="cpu")).load(tmp_path / "ckpt")
+    with pytest.raises(ConfigError, match="value_head=True"):
+        resumed.score(sequences, starts, 1.0, with_values=True, reference=True)
+    with pytest.raises(ConfigError, match="packing=true"):
+        Actor(ActorConfig(device="cpu", packing=False), value_head=True).setup()

@@ -16,9 +16,11 @@ from coderl.rl import (
     compute_loss,
     count_normalisers,
     entropy_from_logits,
+    explained_variance,
     kl_penalty,
     kl_token_rewards,
     tis_weights,
+    value_loss,
 )
 
 # ---------------------------------------------------------------------------------------------------------
@@ -426,3 +428,54 @@ def test_compute_loss_gradient_accumulation_equals_full_batch(policy_loss: str, 
     parts = [run(rows, T, tokens, seqs) for rows, T in _micro_batches(mask)]
     assert float(sum(p[0] for p in parts)) == pytest.approx(float(full_loss), abs=1e-12)
     torch.testing.assert_close(sum(p[1] for p in parts), full_grad, atol=1e-12, rtol=1e-10)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The value head's loss (GAE / PPO with a critic)
+# ---------------------------------------------------------------------------------------------------------
+
+
+def test_value_loss_by_hand_clipped_and_plain() -> None:
+    values = torch.tensor([[0.5, 1.0, 9.0]], requires_grad=True)
+    old = torch.tensor([[0.0, 0.9, 0.0]])
+    returns = torch.tensor([[1.0, 0.0, 5.0]])
+    mask = torch.tensor([[1.0, 1.0, 0.0]])
+    loss, stats = value_loss(values, old, returns, mask, clip=0.2)
+    # token 0: unclipped (0.5-1)^2 = 0.25, clipped V = 0 + 0.2 -> (0.2-1)^2 = 0.64 -> max 0.64 -> 0.32
+    # token 1: unclipped (1-0)^2 = 1, clipped V = 0.9 + 0.1 -> 1 -> max 1 -> 0.5; token 2 masked
+    assert loss[0].tolist() == pytest.approx([0.32, 0.5, 0.0])
+    assert float(stats["value_loss"]) == pytest.approx((0.32 + 0.5) / 2)
+    assert float(stats["value_clip_fraction"]) == pytest.approx(0.5)
+    assert float(stats["value_mean"]) == pytest.approx(0.75)
+    loss.sum().backward()
+    assert values.grad is not None
+    # the clipped term wins on token 0 and is flat in V there (|V - V_old| > clip): no gradient
+    assert values.grad[0].tolist() == pytest.approx([0.0, 1.0, 0.0])
+    plain, _ = value_loss(values.detach(), old, returns, mask, clip=None)
+    assert plain[0].tolist() == pytest.approx([0.125, 0.5, 0.0])
+
+
+def test_explained_variance() -> None:
+    returns = torch.tensor([[1.0, 2.0, 3.0, 99.0]])
+    mask = torch.tensor([[1.0, 1.0, 1.0, 0.0]])
+    assert explained_variance(returns, returns, mask) == pytest.approx(1.0)
+    assert explained_variance(torch.full_like(returns, 2.0), returns, mask) == pytest.approx(0.0)
+    # V = 2R leaves the residual -R, as variable as R itself
+    assert explained_variance(2 * returns, returns, mask) == pytest.approx(0.0)
+    assert math.isnan(explained_variance(returns, torch.ones_like(returns), mask))
+
+
+def test_compute_loss_adds_the_weighted_value_loss() -> None:
+    cfg = AlgoConfig(advantage="gae", vf_coef=0.5, value_clip=None, tis_cap=None)
+    logp = torch.tensor([[-1.0, -2.0]])
+    adv = torch.tensor([[1.0, -1.0]])
+    mask = torch.ones(1, 2)
+    values = torch.tensor([[0.0, 2.0]])
+    returns = torch.tensor([[1.0, 1.0]])
+    base, _ = compute_loss(logp, logp, adv, mask, cfg)
+    both, stats = compute_loss(logp, logp, adv, mask, cfg, values=values, old_values=values, returns=returns)
+    # token-mean of 1/2 (V - R)^2 = (0.5 + 0.5) / 2 = 0.5, weighted 0.5
+    assert float(both - base) == pytest.approx(0.25)
+    assert stats["value_loss"] == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="old_values and returns"):
+        compute_loss(logp, logp, adv, mask, cfg, values=values)

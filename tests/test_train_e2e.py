@@ -47,9 +47,10 @@ def _finish(proc: subprocess.Popen[str], timeout: float = 600) -> str:
     return out
 
 
-def test_train_killed_and_resumed_loses_nothing(tmp_path: Path) -> None:
+def test_train_with_gae_killed_and_resumed_loses_nothing(tmp_path: Path) -> None:
+    """PPO with a value head (GAE) here, so the resume must also bring the critic back."""
     run = tmp_path / "run"
-    proc = _train(*SMALL, f"run.dir={run}")
+    proc = _train(*SMALL, "algo.advantage=gae", "algo.lam=0.95", f"run.dir={run}")
     deadline = time.monotonic() + 600
     while not (run / "checkpoints" / "step-000001" / "trainer.json").is_file():
         assert proc.poll() is None, proc.communicate()[0]
@@ -69,11 +70,13 @@ def test_train_killed_and_resumed_loses_nothing(tmp_path: Path) -> None:
         assert row["token_mismatch"] == 0
         if row["trained_samples"]:
             assert row["logprob_mismatch"] < 1e-3  # rollout vs trainer, fp32 on CPU
-    assert {"rollout", "grade", "update", "sync", "save"} <= set(rows[-1]["stage_s"])
+            assert "value_loss" in row and "value_mean" in row
+    assert {"rollout", "grade", "values", "update", "sync", "save"} <= set(rows[-1]["stage_s"])
     assert (run / "report.html").is_file() and "<svg" in (run / "report.html").read_text()
     found = checkpoints.latest(run)
     assert found is not None and found[1]["step"] == 3
     assert (found[0] / "actor" / "optimizer.pt").is_file()
+    assert (found[0] / "actor" / "value_head.pt").is_file()
     trajs = read_trajectories(run)
     assert len(trajs) >= before + 4  # nothing recorded before the kill is gone
     # each step's samples carry the policy version that produced them: updates so far, up to 2

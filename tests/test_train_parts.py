@@ -212,3 +212,39 @@ def test_a_checkpointed_row_lost_before_the_metrics_file_is_restored(tmp_path: P
     assert not checkpoints.restore_row(path, {"step": 2, "reward_mean": 0.25})  # never twice
     assert not checkpoints.restore_row(path, None)
     assert [r["step"] for r in checkpoints.read_metrics(path)] == [1, 2]
+
+
+# ---------------------------------------------------------------- GAE with a value head
+
+
+def _values(batch_size: int, seed: int = 1) -> list[torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    return [torch.rand(len(t.response_ids), generator=gen) for t in _trajs()[:batch_size]]
+
+
+def test_gae_batch_uses_the_critic_and_regresses_it_to_the_returns() -> None:
+    algo = AlgoConfig(advantage="gae", gamma=1.0, lam=1.0, whiten_gae=False, vf_coef=1.0, value_clip=None)
+    old = _values(4)
+    batch = build_batch(_trajs(), algo, max_response=8, values=old)
+    assert batch.old_values is not None and batch.returns is not None
+    # gamma = lam = 1: A_t = R - V_t on trained tokens, and the return is R everywhere trained
+    for i, t in enumerate(batch.trajectories):
+        for j, m in enumerate(t.response_mask):
+            expected_adv = t.reward - float(old[i][j]) if m else 0.0
+            assert float(batch.advantages[i, j]) == pytest.approx(expected_adv, abs=1e-6)
+            assert float(batch.returns[i, j]) == pytest.approx(t.reward if m else 0.0, abs=1e-6)
+    with pytest.raises(ValueError, match="values"):
+        build_batch(_trajs(), algo, max_response=8)  # gae without a critic
+
+    values = [v.clone().requires_grad_() for v in old]
+    loss = BatchLoss(batch, algo)
+    loss([0, 1, 2, 3], [v.detach() - 1.0 for v in old], None, values).backward()
+    metrics = loss.metrics()
+    assert metrics["value_loss"] > 0 and "explained_variance" in metrics
+    for i, v in enumerate(values):  # d/dV of 1/2 (V - R)^2 / N = (V - R) / N on trained tokens
+        t = batch.trajectories[i]
+        expected = [(float(old[i][j]) - t.reward) / 12 if m else 0.0 for j, m in enumerate(t.response_mask)]
+        assert v.grad is not None and v.grad.tolist() == pytest.approx(expected, abs=1e-6)
+    plain = BatchLoss(build_batch(_trajs(), AlgoConfig(advantage="grpo"), max_response=8), algo)
+    with pytest.raises(ValueError, match="no GAE returns"):
+        plain([0], [old[0]], None, [old[0]])

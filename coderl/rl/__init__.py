@@ -11,6 +11,7 @@ from coderl.rl.kl import KL_ESTIMATORS, entropy_from_logits, kl_penalty
 from coderl.rl.losses import LOSS_AGG, POLICY_LOSSES, aggregate, count_normalisers, tis_weights
 from coderl.rl.objective import compute_loss, kl_token_rewards
 from coderl.rl.sampling import GroupFilter, filter_groups, format_bonus, keep_groups, overlong_penalty
+from coderl.rl.value import explained_variance, value_loss
 
 __all__ = [
     "ADVANTAGES",
@@ -24,6 +25,7 @@ __all__ = [
     "compute_loss",
     "count_normalisers",
     "entropy_from_logits",
+    "explained_variance",
     "filter_groups",
     "format_bonus",
     "keep_groups",
@@ -31,4 +33,5 @@ __all__ = [
     "kl_token_rewards",
     "overlong_penalty",
     "tis_weights",
+    "value_loss",
 ]

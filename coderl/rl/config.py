@@ -62,6 +62,10 @@ class AlgoConfig(BaseModel):
     """grpo: divide the group-centred reward by the group's standard deviation."""
     whiten_gae: bool = True
     """gae: normalise the advantages over the batch's trained tokens (zero mean, unit std)."""
+    vf_coef: float = Field(0.1, ge=0.0)
+    """gae: weight of the value head's loss next to the policy loss (the head shares the policy's trunk)."""
+    value_clip: float | None = Field(0.2, gt=0.0)
+    """gae: PPO value clipping, |V - V_old| <= value_clip in the loss; None = plain squared error."""
     dynamic_sampling: bool = False
     """DAPO dynamic sampling: drop groups whose rewards are all equal and refill the batch."""
     overlong_buffer: int = Field(0, ge=0)

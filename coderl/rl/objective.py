@@ -1,6 +1,7 @@
 """The full training objective of one (micro-)batch: policy loss (+ TIS) + KL penalty - entropy bonus.
 
 loss = agg(tis * L_policy) + kl_coef * agg(KL(pi || pi_ref)) - entropy_coef * agg(H(pi))
+       [+ vf_coef * agg(L_value)  with a value head (GAE)]
 
 where agg is ``aggregate`` with ``cfg.loss_agg`` and the same global normalisers for every term, so
 summing the micro-batch losses of a step gives exactly the full-batch loss. The KL term is in the
@@ -16,6 +17,7 @@ from torch import Tensor
 from coderl.rl.config import AlgoConfig
 from coderl.rl.kl import kl_penalty
 from coderl.rl.losses import POLICY_LOSSES, aggregate, masked_mean, tis_weights
+from coderl.rl.value import value_loss
 
 
 def kl_token_rewards(logp: Tensor, ref_logp: Tensor, mask: Tensor, cfg: AlgoConfig) -> Tensor:
@@ -34,6 +36,9 @@ def compute_loss(
     rollout_logp: Tensor | None = None,
     num_tokens: float | None = None,
     num_seqs: float | None = None,
+    values: Tensor | None = None,
+    old_values: Tensor | None = None,
+    returns: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
     """Scalar loss to backpropagate, and float metrics of this (micro-)batch.
 
@@ -41,6 +46,8 @@ def compute_loss(
     mask [B, T]; optional ref_logp [B, T] (needed when kl_coef > 0 and not kl_in_reward), entropy [B, T]
     (with grad, for the bonus), rollout_logp [B, T] (engine log-probs, enables TIS when tis_cap is set).
     num_tokens / num_seqs: the whole batch's ``count_normalisers`` under gradient accumulation.
+    values [B, T] (value head, with grad), old_values [B, T] and returns [B, T] (from GAE) add the
+    clipped value loss weighted by ``cfg.vf_coef`` (:func:`coderl.rl.value.value_loss`).
 
     Metrics: loss and pg_loss are this micro-batch's share of the aggregated objective; kl, entropy and
     the ratio statistics (clip_fraction, approx_kl, ratio_mean, tis_mean, ...) are means over its
@@ -77,6 +84,13 @@ def compute_loss(
         stats["entropy"] = masked_mean(entropy, mask)
         if cfg.entropy_coef != 0:
             loss = loss - cfg.entropy_coef * agg(entropy)  # []
+
+    if values is not None:
+        if old_values is None or returns is None:
+            raise ValueError("values [B, T] need old_values and returns [B, T] (from GAE) for the value loss")
+        v_loss, v_stats = value_loss(values, old_values, returns, mask, cfg.value_clip)  # [B, T]
+        stats.update(v_stats)
+        loss = loss + cfg.vf_coef * agg(v_loss)  # []
 
     stats["loss"] = loss.detach()
     return loss, {name: float(value) for name, value in stats.items()}

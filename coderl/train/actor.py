@@ -12,6 +12,11 @@ LoRA uses peft; the reference policy is then the same model with its adapters di
 fine-tuning the reference is a frozen copy. With ``dtype=bfloat16`` the forward runs under autocast
 and trainable weights stay float32 (bf16 weights would round away updates of lr ~1e-5); frozen LoRA
 base weights are stored in bf16.
+
+With a value head (``Actor(..., value_head=True)``, what GAE needs) a linear layer maps the policy's
+final hidden state at each scored position to a scalar value: one shared trunk, one forward for both
+(the classic PPO-for-LMs layout); it trains with the policy's optimizer and is saved in checkpoints,
+never synced to the engine.
 """
 
 from __future__ import annotations
@@ -38,9 +43,10 @@ from coderl.train.packing import PackedDecoder, check_batch, pack, padded_logits
 
 log = logging.getLogger(__name__)
 
-LossFn = Callable[[list[int], list[torch.Tensor], list[torch.Tensor] | None], torch.Tensor]
+LossFn = Callable[..., torch.Tensor]
 """loss_fn(indices into the batch, logprobs per sequence, entropies per sequence or None) -> scalar,
-already normalised for the whole batch (it is summed over micro-batches by backward)."""
+already normalised for the whole batch (it is summed over micro-batches by backward). An actor with a
+value head passes a fourth argument: the values per sequence (with grad)."""
 
 ADAPTER = "default"  # peft's adapter name
 
@@ -51,6 +57,7 @@ class Scored:
 
     logprobs: torch.Tensor  # [n]
     entropy: torch.Tensor | None  # [n]
+    values: torch.Tensor | None = None  # [n] value head predictions (actors with a value head)
 
 
 def entropy_from_logits(logits: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -68,9 +75,15 @@ class Actor:
     """The trainable policy. Construction is cheap; :meth:`setup` loads the model."""
 
     def __init__(
-        self, cfg: ActorConfig, model_path: Path | None = None, cache_dir: Path | None = None
+        self,
+        cfg: ActorConfig,
+        model_path: Path | None = None,
+        cache_dir: Path | None = None,
+        value_head: bool = False,
     ) -> None:
         self.cfg = cfg
+        self.with_value_head = value_head
+        self.value_head: torch.nn.Linear | None = None
         self.model_path = model_path
         self.cache_dir = cache_dir
         self._step = 0
@@ -100,6 +113,11 @@ class Actor:
                 f"packed forward does not support model_type {hf.config.model_type!r}; supported: "
                 f"{', '.join(SUPPORTED_MODEL_TYPES)} (set packing=false to use the plain HF forward)"
             )
+        if self.with_value_head and not cfg.packing:
+            raise ConfigError(
+                "a value head (algo.advantage=gae) reads the packed forward's hidden states; "
+                "got actor.packing=false, set actor.packing=true"
+            )
         if cfg.reference and cfg.lora_rank == 0:
             reference: Any = copy.deepcopy(hf)
             self._reference = reference.to(self.compute_dtype).eval().requires_grad_(False)
@@ -123,8 +141,14 @@ class Actor:
         self._hf = hf.eval()
         self._decoder = PackedDecoder(hf)
         params = [p for p in hf.parameters() if p.requires_grad]
+        groups: list[dict[str, Any]] = [{"params": params}]
+        if self.with_value_head:
+            self.value_head = torch.nn.Linear(hf.config.hidden_size, 1, device=self.device)
+            torch.nn.init.zeros_(self.value_head.weight)  # V = 0 at the start: advantages = returns
+            torch.nn.init.zeros_(self.value_head.bias)
+            groups.append({"params": list(self.value_head.parameters()), "lr": cfg.value_lr})
         self.optimizer = torch.optim.AdamW(
-            params, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps, weight_decay=cfg.weight_decay
+            groups, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps, weight_decay=cfg.weight_decay
         )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_lambda())
         log.info(
@@ -133,7 +157,8 @@ class Actor:
             self.device,
             cfg.dtype,
             sum(p.numel() for p in params),
-            f", LoRA rank {cfg.lora_rank}" if cfg.lora_rank else "",
+            (f", LoRA rank {cfg.lora_rank}" if cfg.lora_rank else "")
+            + (", value head" if self.with_value_head else ""),
         )
 
     def _lr_lambda(self) -> Callable[[int], float]:
@@ -206,12 +231,19 @@ class Actor:
         starts: list[int],
         temperature: float,
         with_entropy: bool,
-    ) -> tuple[list[torch.Tensor], list[torch.Tensor] | None, int]:
-        """Per-sequence float32 logprobs (and entropies) of one micro-batch; grad follows the caller."""
+        with_values: bool = False,
+    ) -> tuple[list[torch.Tensor], list[torch.Tensor] | None, list[torch.Tensor] | None, int]:
+        """Per-sequence float32 logprobs (entropies, values) of one micro-batch; grad follows the caller."""
         batch = pack(sequences, starts, self.device)
         if batch.scored_rows.numel() == 0:
             empty = [torch.zeros(0, device=self.device) for _ in sequences]
-            return empty, ([e.clone() for e in empty] if with_entropy else None), batch.num_tokens
+            return (
+                empty,
+                [e.clone() for e in empty] if with_entropy else None,
+                [e.clone() for e in empty] if with_values else None,
+                batch.num_tokens,
+            )
+        values: torch.Tensor | None = None
         with self._autocast():
             if self.cfg.packing:
                 checkpointing = self.cfg.gradient_checkpointing and model is self._hf
@@ -220,12 +252,16 @@ class Actor:
                 forwarded = batch.num_tokens
             else:
                 logits, forwarded = padded_logits(model, sequences, starts, self.device)  # [M, V]
+        if with_values:  # float32, outside autocast: a scalar regression head is cheap and precision-hungry
+            assert self.value_head is not None and self.cfg.packing
+            values = self.value_head(hidden.float())[:, 0]  # [M]
         logits = logits.float()  # [M, V]
         logprobs = token_logprobs(logits, batch.targets, temperature)  # [M]
         entropy = entropy_from_logits(logits, temperature) if with_entropy else None  # [M]
         lps = list(logprobs.split(batch.counts))
         ents = list(entropy.split(batch.counts)) if entropy is not None else None
-        return lps, ents, forwarded
+        vals = list(values.split(batch.counts)) if values is not None else None
+        return lps, ents, vals, forwarded
 
     def _groups(self, sequences: list[list[int]]) -> list[list[int]]:
         lengths = [len(s) for s in sequences]
@@ -242,25 +278,34 @@ class Actor:
         *,
         reference: bool = False,
         with_entropy: bool = False,
+        with_values: bool = False,
     ) -> list[Scored]:
         """Float32 logprobs of ``sequences[i][starts[i]:]``, each given all tokens before it (no grad).
 
-        Tensors are on the actor's device. ``reference=True`` scores with the reference policy.
+        Tensors are on the actor's device. ``reference=True`` scores with the reference policy;
+        ``with_values`` also returns the value head's predictions (an actor with a value head).
         """
         check_batch(sequences, starts)
+        if with_values and (self.value_head is None or reference):
+            raise ConfigError(
+                "score(with_values=True) needs an actor built with value_head=True (policy only)"
+            )
         scored: list[Scored | None] = [None] * len(sequences)
         with self._policy(reference) as (model, decoder):
             for group in self._groups(sequences):
-                lps, ents, _ = self._forward(
+                lps, ents, vals, _ = self._forward(
                     model,
                     decoder,
                     [sequences[i] for i in group],
                     [starts[i] for i in group],
                     temperature,
                     with_entropy,
+                    with_values,
                 )
                 for j, i in enumerate(group):
-                    scored[i] = Scored(lps[j], ents[j] if ents is not None else None)
+                    scored[i] = Scored(
+                        lps[j], ents[j] if ents is not None else None, vals[j] if vals is not None else None
+                    )
         return [s for s in scored if s is not None]
 
     def compute_grads(
@@ -281,15 +326,16 @@ class Actor:
         hf.train()
         try:
             for group in groups:
-                lps, ents, forwarded = self._forward(
+                lps, ents, vals, forwarded = self._forward(
                     hf,
                     self._decoder,
                     [sequences[i] for i in group],
                     [starts[i] for i in group],
                     temperature,
                     with_entropy,
+                    with_values=self.value_head is not None,
                 )
-                loss = loss_fn(group, lps, ents)
+                loss = loss_fn(group, lps, ents) if vals is None else loss_fn(group, lps, ents, vals)
                 if loss.requires_grad:
                     loss.backward()
                 loss_total += float(loss.detach())
@@ -390,6 +436,8 @@ class Actor:
         else:
             hf.save_pretrained(tmp / "model")
             load_tokenizer(self._source).save_pretrained(tmp / "model")
+        if self.value_head is not None:
+            torch.save(self.value_head.state_dict(), tmp / "value_head.pt")
         torch.save(self.optimizer.state_dict(), tmp / "optimizer.pt")
         rng: dict[str, Any] = {"torch": torch.get_rng_state()}
         if torch.cuda.is_available():
@@ -413,6 +461,12 @@ class Actor:
             raise ModelError(
                 f"{str(folder)!r} is not an actor checkpoint (no state.pt); pass a folder save() wrote"
             )
+        has_head = (folder / "value_head.pt").is_file()
+        if has_head != (self.value_head is not None):
+            raise ModelError(
+                f"{str(folder)!r} was saved {'with' if has_head else 'without'} a value head and this actor has "
+                f"{'none' if self.value_head is None else 'one'}; resume with the same algo.advantage (gae has one)"
+            )
         if self._peft is not None:
             self._load_adapter(folder / "adapter")
         else:
@@ -421,6 +475,8 @@ class Actor:
             from coderl.engine.weights import load_weights
 
             load_weights(self._hf, folder / "model")
+        if self.value_head is not None:
+            self.value_head.load_state_dict(torch.load(folder / "value_head.pt", map_location=self.device))
         self.optimizer.load_state_dict(torch.load(folder / "optimizer.pt", map_location=self.device))
         state = torch.load(folder / "state.pt", map_location="cpu")
         self.scheduler.load_state_dict(state["scheduler"])

@@ -7,6 +7,7 @@ and only mask-1 tokens (what the model sampled) are trained. Everything per toke
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -17,6 +18,7 @@ from coderl.rl import (
     compute_advantages,
     compute_loss,
     count_normalisers,
+    explained_variance,
     format_bonus,
     kl_token_rewards,
     overlong_penalty,
@@ -34,6 +36,8 @@ class TrainBatch:
     rewards: torch.Tensor  # [B] after shaping
     group_index: torch.Tensor  # [B] samples of one task share an index
     advantages: torch.Tensor = field(default_factory=lambda: torch.zeros(0))  # [B, T]
+    old_values: torch.Tensor | None = None  # [B, T] value head before the update (gae)
+    returns: torch.Tensor | None = None  # [B, T] GAE value targets (gae)
 
     @property
     def size(self) -> int:
@@ -45,8 +49,13 @@ def build_batch(
     algo: AlgoConfig,
     max_response: int,
     ref_logp: list[torch.Tensor] | None = None,
+    values: list[torch.Tensor] | None = None,
 ) -> TrainBatch:
-    """Pad trajectories into a batch, shape rewards (overlong, KL in the reward) and compute advantages."""
+    """Pad trajectories into a batch, shape rewards (overlong, KL in the reward) and compute advantages.
+
+    ``values`` (one ``[n]`` tensor per trajectory, the value head's predictions before the update) are
+    what GAE needs; the batch then also carries them (``old_values``) and the returns they regress to.
+    """
     width = max(len(t.response_ids) for t in trajectories)
     size = len(trajectories)
     mask = torch.zeros(size, width)  # [B, T]
@@ -80,7 +89,12 @@ def build_batch(
     if ref_logp is not None and algo.kl_in_reward and algo.kl_coef > 0:
         ref = _pad([r.cpu() for r in ref_logp], width)  # [B, T]
         token_rewards = kl_token_rewards(rollout_logp, ref, mask, algo)  # [B, T]
-    batch.advantages, _ = compute_advantages(rewards, mask, group_index, algo, token_rewards=token_rewards)
+    padded_values = _pad([v.detach().cpu() for v in values], width) * mask if values is not None else None
+    batch.advantages, returns = compute_advantages(
+        rewards, mask, group_index, algo, values=padded_values, token_rewards=token_rewards
+    )  # [B, T], [B, T]
+    if padded_values is not None:
+        batch.old_values, batch.returns = padded_values, returns
     return batch
 
 
@@ -111,7 +125,11 @@ class BatchLoss:
         self.mismatch_max = 0.0
 
     def __call__(
-        self, indices: list[int], logprobs: list[torch.Tensor], entropies: list[torch.Tensor] | None
+        self,
+        indices: list[int],
+        logprobs: list[torch.Tensor],
+        entropies: list[torch.Tensor] | None,
+        values: list[torch.Tensor] | None = None,
     ) -> torch.Tensor:
         b = self.batch
         dev = logprobs[0].device
@@ -122,6 +140,17 @@ class BatchLoss:
         entropy = _pad(entropies, width) if entropies is not None else None  # [b, T]
         ref = _pad([self.ref_logp[i] for i in indices], width) if self.ref_logp is not None else None
         rollout = b.rollout_logp[rows, :width].to(dev)  # [b, T]
+        value_terms: dict[str, torch.Tensor] = {}
+        if values is not None:
+            if b.old_values is None or b.returns is None:
+                raise ValueError(
+                    "the actor has a value head but the batch has no GAE returns (algo.advantage=gae)"
+                )
+            value_terms = {
+                "values": _pad(values, width),  # [b, T]
+                "old_values": b.old_values[rows, :width].to(dev),  # [b, T]
+                "returns": b.returns[rows, :width].to(dev),  # [b, T]
+            }
         gap = (logp.detach() - rollout).abs() * mask  # [b, T]
         self.mismatch_sum += float(gap.sum())
         self.mismatch_max = max(self.mismatch_max, float(gap.max()) if gap.numel() else 0.0)
@@ -136,6 +165,7 @@ class BatchLoss:
             rollout_logp=rollout,
             num_tokens=self.num_tokens,
             num_seqs=self.num_seqs,
+            **value_terms,
         )
         share = float(mask.sum()) / max(self.num_tokens, 1.0)  # this micro-batch's share of tokens
         for key, value in metrics.items():
@@ -147,6 +177,11 @@ class BatchLoss:
         out = {k: v / (1.0 if k in _SUMMED else max(self.weight, 1e-12)) for k, v in self.sums.items()}
         out["logprob_mismatch"] = self.mismatch_sum / max(self.num_tokens, 1.0)
         out["logprob_mismatch_max"] = self.mismatch_max
+        b = self.batch
+        if b.old_values is not None and b.returns is not None:
+            ev = explained_variance(b.old_values, b.returns, b.mask)
+            if math.isfinite(ev):  # NaN when the returns do not vary (e.g. all rewards equal)
+                out["explained_variance"] = ev
         return out
 
 

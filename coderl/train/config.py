@@ -51,6 +51,8 @@ class ActorConfig(BaseModel):
     """Compute dtype; with bfloat16, trainable weights stay float32 (master copy) under autocast."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """Device of the actor; auto = cuda when available, else cpu."""
+    value_lr: float = Field(1e-4, ge=0.0)
+    """Learning rate of the value head (algo.advantage=gae): a fresh layer needs a larger one than the trunk."""
     reference: bool = False
     """Keep a reference policy for KL: with LoRA the base with adapters off, else a frozen copy."""
     gradient_checkpointing: bool = False

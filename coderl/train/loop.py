@@ -1,6 +1,6 @@
 """The training loop (single controller): each step is a flat list of named, timed stages.
 
-    rollout -> grade -> check -> advantages -> update -> sync [-> save] [-> validate]
+    rollout -> grade -> check [-> reference] [-> values] -> advantages -> update -> sync [-> save] [-> validate]
 
 - rollout: ``train.tasks_per_step`` tasks x ``train.group_size`` samples with ``rollout.agent``,
   through a :class:`~coderl.train.ledger.SampledLedger` that records what the engine sampled;
@@ -8,6 +8,8 @@
   groups whose rewards are all equal are replaced by fresh tasks (``train.max_refill_rounds``);
 - check: every model token of every trajectory must be what the engine sampled after exactly that
   context; a trajectory that fails is counted (``token_mismatch``) and never trained on;
+- reference / values: a no-grad scoring pass for the KL reference policy (``algo.kl_coef > 0``) and
+  for the value head's predictions (``algo.advantage=gae``: PPO with a critic sharing the policy trunk);
 - advantages: rewards shaped (overlong, KL in the reward) into per-token advantages (``algo``);
 - update: one optimizer step of the actor over the batch (micro-batches, gradient accumulation);
 - sync: the new weights into the engine (in process for the embedded engine; a saved checkpoint
@@ -58,7 +60,10 @@ class Trainer:
         self.engine: Engine | None = None
         self.ledger: SampledLedger | None = None
         self.actor = Actor(
-            cfg.actor.model_copy(update={"seed": cfg.run.seed}), cfg.model.path, cfg.model.cache_dir
+            cfg.actor.model_copy(update={"seed": cfg.run.seed}),
+            cfg.model.path,
+            cfg.model.cache_dir,
+            value_head=cfg.algo.advantage == "gae",
         )
         self.tasks: list[Task] = []
         self.val_tasks: list[Task] = []
@@ -83,10 +88,10 @@ class Trainer:
                 f"train.group_size: got {cfg.train.group_size} — algo.advantage={cfg.algo.advantage} compares the "
                 "samples of a task with each other and needs train.group_size >= 2"
             )
-        if cfg.algo.advantage == "gae":
+        if cfg.algo.advantage == "gae" and not cfg.actor.packing:
             raise ConfigError(
-                "algo.advantage: got 'gae' — GAE needs a value head, which the trainer does not train yet; "
-                "use grpo, drgrpo, rloo, reinforce_pp or reinforce_pp_baseline"
+                "algo.advantage: got 'gae' with actor.packing=false — the value head reads the packed "
+                "forward's hidden states; set actor.packing=true"
             )
         if cfg.algo.kl_coef > 0 and not cfg.actor.reference:
             raise ConfigError(
@@ -224,8 +229,17 @@ class Trainer:
                 )  # fmt: skip
                 ref = [s.logprobs for s in scored]
                 stage_s["reference"] = time.perf_counter() - t
+            values = None
+            if cfg.algo.advantage == "gae":  # the critic's predictions before the update
+                t = time.perf_counter()
+                scored = await asyncio.to_thread(
+                    self.actor.score, [x.prompt_ids + x.response_ids for x in trajs],
+                    [len(x.prompt_ids) for x in trajs], cfg.rollout.temperature, with_values=True,
+                )  # fmt: skip
+                values = [s.values for s in scored if s.values is not None]
+                stage_s["values"] = time.perf_counter() - t
             t = time.perf_counter()
-            batch = build_batch(trajs, cfg.algo, cfg.rollout.max_tokens * cfg.rollout.max_turns, ref)
+            batch = build_batch(trajs, cfg.algo, cfg.rollout.max_tokens * cfg.rollout.max_turns, ref, values)
             loss = BatchLoss(batch, cfg.algo, ref)
             stage_s["advantages"] = time.perf_counter() - t
             t = time.perf_counter()

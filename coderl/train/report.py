@@ -23,9 +23,18 @@ CHARTS: list[tuple[str, list[str]]] = [
     ("KL and entropy", ["kl", "entropy"]),
     ("Rollout vs trainer logprob mismatch", ["logprob_mismatch"]),
     ("Gradient norm and clip fraction", ["grad_norm", "clip_fraction"]),
+    ("Value head (GAE)", ["value_loss", "explained_variance", "value_clip_fraction"]),
     (
         "Stage times (s)",
-        ["stage_s/rollout", "stage_s/grade", "stage_s/update", "stage_s/sync", "stage_s/save"],
+        [
+            "stage_s/rollout",
+            "stage_s/grade",
+            "stage_s/reference",
+            "stage_s/values",
+            "stage_s/update",
+            "stage_s/sync",
+            "stage_s/save",
+        ],
     ),
 ]
 
