@@ -9,6 +9,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from coderl.engine.params import SamplingParams
+from coderl.errors import EngineError
 from coderl.types import Completion
 
 if TYPE_CHECKING:
@@ -46,6 +47,15 @@ class Engine(abc.ABC):
     @abc.abstractmethod
     async def update_weights(self, weights: Mapping[str, torch.Tensor] | str | Path) -> int:
         """Swap in new weights between requests; returns the new policy version."""
+
+    async def load_lora_adapter(self, path: str | Path) -> int:
+        """Serve base + the LoRA adapter in the peft folder ``path`` (replacing any adapter loaded
+        before); returns the new policy version. Engines without LoRA support raise EngineError."""
+        raise EngineError(f"{self.name}: this engine cannot load LoRA adapters; sync full weights instead")
+
+    async def unload_lora_adapter(self) -> int:
+        """Serve the base weights again; returns the new policy version."""
+        raise EngineError(f"{self.name}: this engine cannot load LoRA adapters")
 
     @property
     @abc.abstractmethod
@@ -96,6 +106,12 @@ class EngineView(Engine):
 
     async def update_weights(self, weights: Mapping[str, torch.Tensor] | str | Path) -> int:
         return await self.inner.update_weights(weights)
+
+    async def load_lora_adapter(self, path: str | Path) -> int:
+        return await self.inner.load_lora_adapter(path)
+
+    async def unload_lora_adapter(self) -> int:
+        return await self.inner.unload_lora_adapter()
 
     @property
     def policy_version(self) -> int:

@@ -87,6 +87,7 @@ class EmbeddedEngine(Engine):
         self._runner: ModelRunner | None = None
         self._tokenizer: Any = None
         self.checkpoint: Path | None = None
+        self._base: dict[str, torch.Tensor] | None = None
         self.eos_token_ids: frozenset[int] = frozenset()
         self.max_model_len = 0
         self._version = 0
@@ -243,6 +244,28 @@ class EmbeddedEngine(Engine):
             finally:
                 with self._cond:
                     self._outstanding -= 1
+
+    async def load_lora_adapter(self, path: str | Path) -> int:
+        """Merge the adapter into the checkpoint's base weights (this engine has no LoRA kernels, and
+        RL serves one adapter at a time) and swap them in like any weight update."""
+        from coderl.engine.lora import merge_adapter
+
+        base = await asyncio.to_thread(self._base_weights)
+        merged = await asyncio.to_thread(merge_adapter, base, path)
+        return await self.update_weights(merged)
+
+    async def unload_lora_adapter(self) -> int:
+        return await self.update_weights(await asyncio.to_thread(self._base_weights))
+
+    def _base_weights(self) -> dict[str, torch.Tensor]:
+        """The checkpoint's own weights (read once): what adapters are merged into."""
+        if self._base is None:
+            if self.checkpoint is None:
+                raise EngineUnavailableError(f"{self.name} is not started")
+            from coderl.engine.weights import read_weights
+
+            self._base = read_weights(self.checkpoint)
+        return self._base
 
     async def update_weights(self, weights: Mapping[str, torch.Tensor] | str | Path) -> int:
         if self._thread is None:

@@ -6,6 +6,13 @@ Dialects (``engine.api``): ``coderl`` and ``vllm`` use ``POST /v1/completions`` 
 stable public HTTP weight-reload endpoint, so for vLLM weights must be synced through its
 RLHF/collective-RPC route (issue 6) and ``update_weights`` here raises a clear error.
 
+LoRA adapters (``load_lora_adapter``, a peft folder the trainer saved) go through each server's own
+runtime-adapter API: vLLM ``POST /v1/load_lora_adapter`` (server started with ``--enable-lora`` and
+``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``; requests then name the adapter as their ``model``), SGLang
+``POST /load_lora_adapter`` (``--enable-lora``; ``/generate`` requests carry ``lora_path``: the
+adapter's name), and coderl servers, which answer both. Every load gets a fresh adapter name and the
+one before is unloaded, so a retried or resumed run never collides with a name a server still holds.
+
 The client keeps its own ``policy_version`` for upstream servers (bumped on each successful update);
 coderl servers report theirs in every answer.
 """
@@ -13,6 +20,7 @@ coderl servers report theirs in every answer.
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -44,6 +52,9 @@ class HTTPEngine(Engine):
         self._version = 0
         self._client: httpx.AsyncClient | None = None
         self._in_flight = 0
+        self.adapter: str | None = None  # name of the LoRA adapter requests use (None = base weights)
+        self._adapter_tag = uuid.uuid4().hex[:8]
+        self._adapters_loaded = 0
 
     async def start(self) -> None:
         if self._client is not None:
@@ -90,6 +101,7 @@ class HTTPEngine(Engine):
             "in_flight": self._in_flight,
             "policy_version": self._version,
             "api": self.api,
+            "adapter": self.adapter,
         }
 
     async def generate(
@@ -98,7 +110,10 @@ class HTTPEngine(Engine):
         self._in_flight += 1
         try:
             if self.api == "sglang":
-                body = await self._request("POST", "/generate", json=self._sglang_body(prompt_ids, params))
+                request = self._sglang_body(prompt_ids, params)
+                if self.adapter is not None:
+                    request["lora_path"] = self.adapter
+                body = await self._request("POST", "/generate", json=request)
                 completion = parse_sglang_generate(body, len(prompt_ids), self._version)
             else:
                 body = await self._request(
@@ -114,7 +129,7 @@ class HTTPEngine(Engine):
         self, prompt_ids: list[int], p: SamplingParams, session_id: str | None
     ) -> dict[str, Any]:
         body: dict[str, Any] = {
-            "model": self.model,
+            "model": self.adapter or self.model,
             "prompt": prompt_ids,
             "max_tokens": p.max_tokens,
             "temperature": p.temperature,
@@ -171,6 +186,58 @@ class HTTPEngine(Engine):
             raise EngineError(f"{self.name}: weight update failed: {body.get('message')}")
         self._version = int(body.get("policy_version", self._version + 1))
         return self._version
+
+    async def load_lora_adapter(self, path: str | Path) -> int:
+        """Load the peft adapter folder ``path`` (a path the server can read) under a fresh name, point
+        later requests at it and unload the adapter before it."""
+        self._adapters_loaded += 1
+        name = f"coderl-{self._adapter_tag}-{self._adapters_loaded}"
+        prefix = "" if self.api == "sglang" else "/v1"
+        answer = await self._admin(f"{prefix}/load_lora_adapter", {"lora_name": name, "lora_path": str(path)})
+        previous, self.adapter = self.adapter, name
+        self._version = int(answer.get("policy_version", self._version + 1))
+        if previous is not None:
+            await self._unload(previous)
+        return self._version
+
+    async def unload_lora_adapter(self) -> int:
+        if self.adapter is not None:
+            answer = await self._unload(self.adapter)
+            self.adapter = None
+            self._version = int(answer.get("policy_version", self._version + 1))
+        return self._version
+
+    async def _unload(self, name: str) -> dict[str, Any]:
+        prefix = "" if self.api == "sglang" else "/v1"
+        try:
+            return await self._admin(f"{prefix}/unload_lora_adapter", {"lora_name": name})
+        except EngineError as exc:  # a stale adapter left on the server costs memory, not correctness
+            log.warning("%s: could not unload LoRA adapter %s: %s", self.name, name, exc)
+            return {}
+
+    async def _admin(self, path: str, json: dict[str, Any]) -> dict[str, Any]:
+        """POST to an adapter endpoint: vLLM answers plain text, SGLang and coderl JSON (``success``)."""
+        if self._client is None:
+            raise EngineUnavailableError(f"{self.name} is not started; call 'await engine.start()' first")
+        try:
+            response = await self._client.post(path, json=json)
+        except httpx.HTTPError as exc:
+            raise EngineUnavailableError(f"{self.name}{path}: {type(exc).__name__}: {exc}") from exc
+        if response.status_code == 404 and "detail" in response.text and "Not Found" in response.text:
+            raise EngineError(
+                f"{self.name}{path}: the server has no such endpoint; start vLLM with --enable-lora and "
+                "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True, SGLang with --enable-lora"
+            )
+        if response.status_code >= 400:
+            raise EngineError(f"{self.name}{path}: HTTP {response.status_code}: {response.text[:500]}")
+        try:
+            data = response.json()
+        except ValueError:
+            return {}  # vLLM: "Success: LoRA adapter ... added successfully."
+        if isinstance(data, dict) and data.get("success") is False:
+            reason = data.get("error_message") or data.get("message")
+            raise EngineError(f"{self.name}{path}: {reason}")
+        return data if isinstance(data, dict) else {}
 
     async def _request(self, method: str, path: str, json: Any = None) -> dict[str, Any]:
         if self._client is None:

@@ -134,6 +134,14 @@ class Router(Engine):
         versions = await asyncio.gather(*(r.update_weights(weights) for r in live))
         return min(versions)
 
+    async def load_lora_adapter(self, path: str | Path) -> int:
+        live = [r for r, ok in zip(self.replicas, self._alive, strict=True) if ok]
+        return min(await asyncio.gather(*(r.load_lora_adapter(path) for r in live)))
+
+    async def unload_lora_adapter(self) -> int:
+        live = [r for r, ok in zip(self.replicas, self._alive, strict=True) if ok]
+        return min(await asyncio.gather(*(r.unload_lora_adapter() for r in live)))
+
     def _take_out(self, idx: int, exc: Exception) -> None:
         if self._alive[idx]:
             log.warning("router: taking replica %s out: %s", self.replicas[idx].name, exc)

@@ -7,8 +7,15 @@ Endpoints (shapes in :mod:`coderl.engine.wire`):
   POST /v1/completions                   vLLM token-id completions with logprobs
   POST /generate                         SGLang native generate
   POST /update_weights_from_disk         SGLang-style weight reload from a checkpoint folder
+  POST /v1/load_lora_adapter, /load_lora_adapter        vLLM / SGLang: serve base + a peft adapter
+  POST /v1/unload_lora_adapter, /unload_lora_adapter    ... and forget it
   GET  /stats                            coderl: engine counters and policy version
 If an API key is configured, every endpoint but /health needs ``Authorization: Bearer <key>``.
+
+The engine merges an adapter into its weights (no LoRA kernels), so one adapter is served at a time:
+while one is loaded, requests must name it (``model`` for /v1/completions, ``lora_path`` for
+/generate) and a request naming the base model or a replaced adapter is refused, never silently
+answered by other weights.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from coderl.engine.base import Engine
 from coderl.engine.wire import (
     CompletionsRequest,
     GenerateRequest,
+    LoraAdapterRequest,
     UpdateWeightsRequest,
     completions_response,
     generate_response,
@@ -50,6 +58,7 @@ def create_app(engine: Engine, model_name: str, tokenizer: Any = None, api_key: 
             await engine.stop()
 
     app = FastAPI(title="coderl engine", lifespan=lifespan)
+    adapters = _Adapters(model_name)
 
     def authorize(request: Request) -> None:
         if api_key is None:
@@ -83,14 +92,18 @@ def create_app(engine: Engine, model_name: str, tokenizer: Any = None, api_key: 
 
     @app.get("/v1/models", dependencies=[Depends(authorize)])
     async def models() -> dict[str, Any]:
+        created = int(time.time())
         entry = {
             "id": model_name,
             "object": "model",
-            "created": int(time.time()),
+            "created": created,
             "owned_by": "coderl",
             "root": model_name,
         }
-        return {"object": "list", "data": [entry]}
+        data = [entry]
+        if adapters.active is not None:
+            data.append({**entry, "id": adapters.active, "root": adapters.path, "parent": model_name})
+        return {"object": "list", "data": data}
 
     @app.get("/get_model_info", dependencies=[Depends(authorize)])
     async def model_info() -> dict[str, Any]:
@@ -107,6 +120,7 @@ def create_app(engine: Engine, model_name: str, tokenizer: Any = None, api_key: 
 
     @app.post("/v1/completions", dependencies=[Depends(authorize)])
     async def completions(body: CompletionsRequest, request: Request) -> dict[str, Any]:
+        adapters.check(body.model, "model")
         c = await _unless_disconnected(
             request, engine.generate(body.prompt, body.sampling(), body.session_id)
         )
@@ -121,6 +135,7 @@ def create_app(engine: Engine, model_name: str, tokenizer: Any = None, api_key: 
 
     @app.post("/generate", dependencies=[Depends(authorize)])
     async def generate(body: GenerateRequest, request: Request) -> dict[str, Any]:
+        adapters.check(body.lora_path, "lora_path")
         c: Completion = await _unless_disconnected(
             request, engine.generate(body.input_ids, body.sampling(), body.session_id)
         )
@@ -141,7 +156,75 @@ def create_app(engine: Engine, model_name: str, tokenizer: Any = None, api_key: 
             }
         )
 
+    @app.post("/v1/load_lora_adapter", dependencies=[Depends(authorize)])
+    @app.post("/load_lora_adapter", dependencies=[Depends(authorize)])
+    async def load_lora_adapter(body: LoraAdapterRequest) -> JSONResponse:
+        if body.lora_path is None:
+            return JSONResponse({"success": False, "error_message": "lora_path is required"}, 400)
+        if body.lora_name in adapters.names:
+            message = f"the LoRA adapter {body.lora_name!r} has already been loaded; pick a new lora_name"
+            return JSONResponse({"success": False, "error_message": message}, 400)
+        async with adapters.lock:
+            try:
+                version = await engine.load_lora_adapter(body.lora_path)
+            except EngineError as exc:
+                return JSONResponse({"success": False, "error_message": str(exc)}, 400)
+            adapters.activate(body.lora_name, body.lora_path)
+        return JSONResponse(
+            {"success": True, "policy_version": version, "loaded_adapters": {body.lora_name: body.lora_path}}
+        )
+
+    @app.post("/v1/unload_lora_adapter", dependencies=[Depends(authorize)])
+    @app.post("/unload_lora_adapter", dependencies=[Depends(authorize)])
+    async def unload_lora_adapter(body: LoraAdapterRequest) -> JSONResponse:
+        if body.lora_name not in adapters.names:
+            message = f"no LoRA adapter named {body.lora_name!r} is loaded"
+            return JSONResponse({"success": False, "error_message": message}, 404)
+        async with adapters.lock:
+            version = engine.policy_version
+            if body.lora_name == adapters.active:
+                version = await engine.unload_lora_adapter()
+                adapters.active = adapters.path = None
+            adapters.names.discard(body.lora_name)
+        return JSONResponse({"success": True, "policy_version": version})
+
     return app
+
+
+class _Adapters:
+    """The server's adapter names: the one merged in now (``active``) and replaced ones not yet unloaded."""
+
+    def __init__(self, model_name: str) -> None:
+        self.model_name = model_name
+        self.active: str | None = None
+        self.path: str | None = None
+        self.names: set[str] = set()
+        self.lock = asyncio.Lock()
+
+    def activate(self, name: str, path: str) -> None:
+        self.active, self.path = name, path
+        self.names.add(name)
+
+    def check(self, requested: str | None, field: str) -> None:
+        """Refuse a request whose weights this server does not serve now."""
+        if self.active is None:
+            if requested is not None and requested in self.names:
+                raise HTTPException(404, f"{field}={requested!r}: that LoRA adapter is no longer served")
+            if field == "lora_path" and requested is not None:
+                raise HTTPException(404, f"{field}={requested!r}: no such LoRA adapter is loaded")
+            return
+        if requested == self.active:
+            return
+        if requested in self.names:
+            raise HTTPException(
+                404,
+                f"{field}={requested!r} was replaced by {self.active!r}; this server serves only the newest adapter",
+            )
+        raise HTTPException(
+            400,
+            f"{field}={requested!r}: this server has LoRA adapter {self.active!r} merged into its weights and "
+            f"serves only that; set {field}={self.active!r} (or unload it to serve {self.model_name!r})",
+        )
 
 
 async def _unless_disconnected(request: Request, work: Awaitable[T]) -> T:

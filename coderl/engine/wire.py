@@ -83,6 +83,8 @@ class GenerateRequest(BaseModel):
     rid: str | None = None
     session_id: str | None = None
     """coderl extension, as for /v1/completions."""
+    lora_path: str | None = None
+    """SGLang: the name of a loaded LoRA adapter to sample with."""
 
     def sampling(self) -> SamplingParams:
         sp = self.sampling_params
@@ -95,6 +97,15 @@ class GenerateRequest(BaseModel):
             stop_token_ids=sp.stop_token_ids or [],
             ignore_eos=sp.ignore_eos,
         )
+
+
+class LoraAdapterRequest(BaseModel):
+    """vLLM ``/v1/load_lora_adapter`` / SGLang ``/load_lora_adapter`` (and their unload: no path)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    lora_name: str = Field(min_length=1)
+    lora_path: str | None = None
 
 
 class UpdateWeightsRequest(BaseModel):

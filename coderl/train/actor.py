@@ -416,6 +416,18 @@ class Actor:
                 state[key] = merged
         return state
 
+    def save_adapter(self, folder: Path) -> None:
+        """Write the LoRA adapter alone in peft's format (``adapter_config.json`` +
+        ``adapter_model.safetensors``), what HTTP servers' ``load_lora_adapter`` reads; atomic."""
+        if self._peft is None:
+            raise ConfigError("save_adapter needs a LoRA actor (lora_rank > 0); sync full weights instead")
+        folder = Path(folder)
+        tmp = folder.parent / f".{folder.name}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        self._peft.save_pretrained(tmp)
+        shutil.rmtree(folder, ignore_errors=True)
+        tmp.rename(folder)
+
     # ------------------------------------------------------------------ checkpoints
 
     def save(self, folder: Path) -> None:

@@ -13,7 +13,8 @@
 - advantages: rewards shaped (overlong, KL in the reward) into per-token advantages (``algo``);
 - update: one optimizer step of the actor over the batch (micro-batches, gradient accumulation);
 - sync: the new weights into the engine (in process for the embedded engine; a saved checkpoint
-  folder for HTTP servers); every later trajectory carries the new policy version.
+  folder for HTTP servers, or with LoRA a saved adapter folder through the server's adapter API,
+  ``train.weight_sync``); every later trajectory carries the new policy version.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import shutil
 import time
 from collections import Counter
 from pathlib import Path
@@ -92,6 +94,11 @@ class Trainer:
             raise ConfigError(
                 "algo.advantage: got 'gae' with actor.packing=false — the value head reads the packed "
                 "forward's hidden states; set actor.packing=true"
+            )
+        if cfg.train.weight_sync == "lora" and cfg.actor.lora_rank == 0:
+            raise ConfigError(
+                "train.weight_sync: got 'lora' with actor.lora_rank=0 — there is no adapter to send; set "
+                "actor.lora_rank > 0 or train.weight_sync=full"
             )
         if cfg.algo.kl_coef > 0 and not cfg.actor.reference:
             raise ConfigError(
@@ -363,10 +370,25 @@ class Trainer:
             ok.append(r)
         return ok, bad
 
+    @property
+    def sync_mode(self) -> str:
+        """lora (a saved adapter through the engine's load_lora_adapter) or full weights."""
+        mode = self.cfg.train.weight_sync
+        if mode == "auto":
+            return "lora" if self.cfg.engine.type == "http" and self.cfg.actor.lora_rank > 0 else "full"
+        return mode
+
     async def _sync(self, version: int) -> None:
         """Push the actor's weights to the engine; the run's policy version becomes ``version``."""
         assert self.engine is not None
-        if self.cfg.engine.type == "embedded":
+        if self.sync_mode == "lora":  # a few MB per step instead of the whole model
+            folder = self.run_dir / "weights" / f"adapter-v{version}"
+            await asyncio.to_thread(self.actor.save_adapter, folder)
+            await self.engine.load_lora_adapter(folder)
+            for old in folder.parent.glob("adapter-v*"):  # the server has read it; keep only this one
+                if old != folder and old.is_dir():
+                    shutil.rmtree(old, ignore_errors=True)
+        elif self.cfg.engine.type == "embedded":
             state = await asyncio.to_thread(self.actor.state_dict_for_engine)
             await self.engine.update_weights(state)
         else:  # HTTP servers load a checkpoint folder from disk
@@ -377,8 +399,6 @@ class Trainer:
         self._engine_base = self.engine.policy_version
 
     def _export_weights(self, folder: Path) -> None:
-        import shutil
-
         from safetensors.torch import save_file
 
         from coderl.checkpoint import resolve_checkpoint

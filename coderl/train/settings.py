@@ -34,6 +34,10 @@ class TrainConfig(BaseModel):
     """Sampling temperature of validation rollouts (0 = greedy)."""
     save_every: int = Field(1, ge=1)
     """Write a checkpoint every N steps (and after the last); `coderl train --resume` continues from the newest."""
+    weight_sync: Literal["auto", "full", "lora"] = "auto"
+    """How new weights reach the engine: full (the embedded engine in process; HTTP servers load a saved
+    checkpoint folder) or lora (a saved peft adapter folder through the server's load_lora_adapter API;
+    needs actor.lora_rank > 0). auto = lora for HTTP engines when actor.lora_rank > 0, else full."""
     keep_checkpoints: int = Field(2, ge=1)
     """Newest checkpoints kept on disk; older ones are deleted."""
     loggers: list[Literal["tensorboard", "wandb"]] = []
