@@ -96,3 +96,11 @@ class Trajectory:
     policy_version: int = 0
     """The oldest policy version that sampled any of its tokens."""
     metrics: dict[str, float] = field(default_factory=dict)
+    parts: list[Trajectory] = field(default_factory=list)
+    """Further token sequences of the same rollout that do not extend this one as a prefix (an external
+    agent's sub-agent, a compacted or rewritten history, seen by the recording proxy). Each is trained
+    as its own sequence with this rollout's reward; group baselines count the rollout once."""
+
+    def sequences(self) -> list[Trajectory]:
+        """This trajectory and its parts: every token sequence of the rollout."""
+        return [self, *self.parts]

@@ -139,3 +139,25 @@ def test_a_reopened_store_recovers_what_a_killed_writer_left(tmp_path: Path) -> 
         second.add(traj(i))
     second.close()
     assert [r["task_id"] for r in read_trajectories(tmp_path)] == [f"t{i}" for i in range(6)]
+
+
+def test_a_rollout_with_parts_is_stored_one_row_per_sequence(tmp_path: Path) -> None:
+    from coderl.rollout.store import TrajectoryStore
+    from coderl.types import Trajectory
+
+    def seq(n: int) -> Trajectory:
+        return Trajectory(task_id="t", group_id="g", prompt_ids=[1] * n, response_ids=[2], response_mask=[1],
+                          logprobs=[-0.1], reward=1.0, patch="diff")  # fmt: skip
+
+    main = seq(3)
+    main.parts = [seq(4), seq(5)]
+    store = TrajectoryStore(tmp_path)
+    store.add(main, {"step": 7})
+    store.close()
+    rows = read_trajectories(tmp_path)
+    assert [(r["part"], len(r["prompt_ids"]), r["step"], r["reward"]) for r in rows] == [
+        (0, 3, 7, 1.0),
+        (1, 4, 7, 1.0),
+        (2, 5, 7, 1.0),
+    ]
+    assert all("parts" not in r for r in rows)

@@ -52,9 +52,15 @@ async def test_remote_loop_records_an_sdk_agent_token_exactly(
     ledger = SampledLedger(engine)
     traj = await get_loop("remote").run(task, remote_ctx(ledger, tokenizer, COMMAND))
     assert traj.exit_status == "submitted", traj.error
-    assert traj.num_turns == 2 and traj.metrics["proxy_trajectories"] == 1  # both calls merged
+    # the two turns merged into one trajectory; the sub-agent's call is a sequence of its own
+    assert traj.num_turns == 2 and traj.metrics["proxy_trajectories"] == 2
+    assert [p.num_turns for p in traj.parts] == [1]
+    sub = traj.parts[0]
+    assert "Summarise in five words" in tokenizer.decode(sub.prompt_ids)
+    assert (sub.task_id, sub.group_id, sub.patch, sub.exit_status) == (task.id, "g7", traj.patch, "submitted")
     assert traj.task_id == task.id and traj.group_id == "g7"
-    assert ledger.verify(traj) is None  # every mask-1 token is what the engine sampled, in that context
+    for seq in traj.sequences():  # every mask-1 token is what the engine sampled, in that context
+        assert ledger.verify(seq) is None
     assert 0 < sum(traj.response_mask) <= 24 and 0 in traj.response_mask  # tool text between turns: mask 0
     assert "output of command 0: ok" in tokenizer.decode(traj.response_ids)
     assert "+    return a + b" in traj.patch and ".coderl_task" not in traj.patch

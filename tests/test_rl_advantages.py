@@ -299,3 +299,20 @@ def test_gae_without_values_is_an_error() -> None:
 def test_every_config_name_has_an_estimator() -> None:
     names = AlgoConfig.model_fields["advantage"].annotation.__args__  # type: ignore[union-attr]
     assert set(names) == set(ADVANTAGES)
+
+
+@pytest.mark.parametrize("name", ["grpo", "drgrpo", "rloo", "reinforce_pp_baseline"])
+def test_extra_sequences_of_a_rollout_do_not_weigh_in_the_group_baseline(name: str) -> None:
+    """Rollout 0 of group a brought a second sequence (row 3: same reward, counted 0): the group's
+    baseline is that of its three rollouts, and the extra row gets its rollout's advantage."""
+    cfg = AlgoConfig(advantage=name, gamma=1.0)  # type: ignore[arg-type]
+    rewards = torch.tensor([1.0, 0.0, 0.0, 1.0])
+    mask = torch.tensor([[1.0, 1.0], [1.0, 0.0], [1.0, 1.0], [1.0, 1.0]])
+    groups = torch.tensor([0, 0, 0, 0])
+    alone, _ = compute_advantages(rewards[:3], mask[:3], groups[:3], cfg)
+    both, _ = compute_advantages(rewards, mask, groups, cfg, counted=torch.tensor([1.0, 1.0, 1.0, 0.0]))
+    assert torch.allclose(both[3], both[0], atol=1e-6)
+    if name != "reinforce_pp_baseline":  # (its batch whitening sees the extra row's tokens too)
+        assert torch.allclose(both[:3], alone, atol=1e-6)
+        naive, _ = compute_advantages(rewards, mask, groups, cfg)  # counting it twice moves the baseline
+        assert not torch.allclose(naive[1], both[1], atol=1e-3)

@@ -248,3 +248,14 @@ def test_gae_batch_uses_the_critic_and_regresses_it_to_the_returns() -> None:
     plain = BatchLoss(build_batch(_trajs(), AlgoConfig(advantage="grpo"), max_response=8), algo)
     with pytest.raises(ValueError, match="no GAE returns"):
         plain([0], [old[0]], None, [old[0]])
+
+
+def test_a_rollouts_extra_sequence_shares_its_advantage_and_not_its_baseline() -> None:
+    algo = AlgoConfig(advantage="grpo")
+    trajs = _trajs()
+    extra = _traj("a", 2, [5, 9, 9], [1, 0, 1], trajs[0].reward)  # a sub-agent's sequence of rollout 0
+    alone = build_batch(trajs, algo, max_response=8)
+    both = build_batch([*trajs, extra], algo, max_response=8, counted=[True, True, True, True, False])
+    assert torch.allclose(both.advantages[:4, :5], alone.advantages, atol=1e-6)
+    assert float(both.advantages[4, 0]) == pytest.approx(float(alone.advantages[0, 0]))
+    assert float(both.advantages[4, 1]) == 0.0  # its environment token

@@ -7,7 +7,8 @@ sandbox; ``rollout.remote_command`` runs there with ``OPENAI_BASE_URL`` / ``OPEN
 ``CODERL_TASK`` (and the file ``$CODERL_TASK_FILE``) and the served model name in ``CODERL_MODEL``.
 When the program exits, the session's calls are merged into trajectories (token-exact: the proxy
 records the ids the engine sampled), the patch is the repository's diff, and the trajectory with the
-most model tokens is returned (the others - a sub-agent's, a compacted history's - are counted).
+most model tokens is returned with the others - a sub-agent's, a compacted history's - as its
+``parts``: every sequence is trained, with the rollout's reward.
 
 The program reaches the proxy over the host's loopback, so the sandbox needs ``sandbox.network=true``
 (or ``sandbox.backend=process`` for a host process without isolation).
@@ -113,7 +114,7 @@ class RemoteLoop(AgentLoop):
                     patch = await _diff(sb)
                     service.complete(row.id)
                     record = service.record(row.id)
-            traj = _main_trajectory(record, task, ctx.group_id)
+            traj = _trajectories(record, task, ctx.group_id)
             if result.timed_out:
                 traj.exit_status, traj.error = (
                     "error",
@@ -125,6 +126,8 @@ class RemoteLoop(AgentLoop):
             else:
                 traj.exit_status = "submitted"
             traj.patch = patch
+            for part in traj.parts:
+                part.exit_status, part.error, part.patch = traj.exit_status, traj.error, patch
             stats = record["stats"]
             traj.metrics.update(
                 {
@@ -168,14 +171,21 @@ async def _diff(sb: Sandbox) -> str:
     return r.stdout if r.exit_code == 0 else ""
 
 
-def _main_trajectory(record: dict[str, Any], task: Task, group_id: str) -> Trajectory:
-    """The session's trajectory with the most model tokens, as a :class:`Trajectory`."""
-    trajs = record["trajectories"]
-    if not trajs:
+def _trajectories(record: dict[str, Any], task: Task, group_id: str) -> Trajectory:
+    """The session's trajectory with the most model tokens, the others as its ``parts`` (in call order)."""
+    merged = record["trajectories"]
+    if not merged:
         return Trajectory(task_id=task.id, group_id=group_id, prompt_ids=[])
-    best = max(trajs, key=lambda t: sum(t["response_mask"]))
-    fields = {k: best[k] for k in Trajectory.__dataclass_fields__ if k in best}
+    main = max(range(len(merged)), key=lambda i: sum(merged[i]["response_mask"]))
+    trajs = [_trajectory(t, task, group_id) for t in merged]
+    out = trajs[main]
+    out.parts = [t for i, t in enumerate(trajs) if i != main and any(t.response_mask)]
+    return out
+
+
+def _trajectory(row: dict[str, Any], task: Task, group_id: str) -> Trajectory:
+    fields = {k: row[k] for k in Trajectory.__dataclass_fields__ if k in row and k != "parts"}
     traj = Trajectory(**fields)
     traj.task_id, traj.group_id = task.id, group_id
-    traj.metrics = dict(best.get("metrics") or {})
+    traj.metrics = dict(row.get("metrics") or {})
     return traj

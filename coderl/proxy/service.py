@@ -156,7 +156,7 @@ class ProxyService:
             task_id=str(row.metadata.get("task_id", "")),
         )
         trajectories = [
-            {**dataclasses.asdict(t), "call_ids": ids}
+            {**{k: v for k, v in dataclasses.asdict(t).items() if k != "parts"}, "call_ids": ids}
             for t, ids in zip(merged.trajectories, merged.call_ids, strict=True)
         ]
         return {

@@ -9,6 +9,10 @@ Conventions shared by all estimators:
   tokens (tool output, user turns) and padding.
 - ``group_index`` ``[B]`` (long): samples of the same task share a value; values need not be
   contiguous. A group of one sample has no baseline and gets advantage 0 (never NaN).
+- ``counted`` ``[B]`` (optional, 1 or 0): rows that count in group statistics. A rollout that produced
+  several token sequences (an external agent's sub-agent, a rewritten history) has one counted row;
+  its other rows share its reward and get the advantage its counted row gets, so a rollout weighs
+  the same in the baseline however many sequences it has. None = every row counts.
 - ``token_rewards`` ``[B, T]`` (e.g. ``-kl_coef * kl`` when ``kl_in_reward``) only counts on trained
   tokens. The group estimators (grpo, drgrpo, rloo) add its sum over trained tokens to the sequence
   reward; reinforce_pp and gae place it per token next to the outcome reward, which sits on the last
@@ -40,18 +44,23 @@ class AdvantageFn(Protocol):
         cfg: AlgoConfig,
         values: Tensor | None = None,
         token_rewards: Tensor | None = None,
+        counted: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]: ...
 
 
-def _group_stats(x: Tensor, group_index: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """Per-sample mean, unbiased std (0 for groups of one) and size of the sample's group."""
+def _group_stats(
+    x: Tensor, group_index: Tensor, counted: Tensor | None = None
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Per-sample mean, unbiased std (0 for groups of one) and size of the sample's group, over the
+    counted rows of the group (all rows when ``counted`` is None)."""
     _, inverse = torch.unique(group_index, return_inverse=True)  # [B]
     num_groups = int(inverse.max().item()) + 1 if inverse.numel() else 0
+    weight = torch.ones_like(x) if counted is None else counted.to(x.dtype)  # [B]
     zeros = torch.zeros(num_groups, dtype=x.dtype, device=x.device)  # [G]
-    count = zeros.index_add(0, inverse, torch.ones_like(x))  # [G]
-    mean = zeros.index_add(0, inverse, x) / count  # [G]
+    count = zeros.index_add(0, inverse, weight)  # [G]
+    mean = zeros.index_add(0, inverse, x * weight) / count.clamp(min=1)  # [G]
     centred = x - mean[inverse]  # [B]
-    var = zeros.index_add(0, inverse, centred**2) / (count - 1).clamp(min=1)  # [G]
+    var = zeros.index_add(0, inverse, weight * centred**2) / (count - 1).clamp(min=1)  # [G]
     return mean[inverse], var.sqrt()[inverse], count[inverse]  # [B], [B], [B]
 
 
@@ -97,6 +106,7 @@ def grpo(
     cfg: AlgoConfig,
     values: Tensor | None = None,
     token_rewards: Tensor | None = None,
+    counted: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """GRPO group-relative advantage (Shao et al. 2024, DeepSeekMath, outcome supervision).
 
@@ -104,7 +114,7 @@ def grpo(
     unbiased (n - 1) std of the sample's group g; without ``norm_adv_by_std`` A_i = r_i - mean_g(r).
     """
     seq = _sequence_rewards(rewards, mask, token_rewards)  # [B]
-    mean, std, _ = _group_stats(seq, group_index)  # [B], [B], [B]
+    mean, std, _ = _group_stats(seq, group_index, counted)  # [B], [B], [B]
     scale = std + cfg.epsilon if cfg.norm_adv_by_std else torch.ones_like(std)  # [B]
     adv = (seq - mean) / scale  # [B]
     return adv[:, None] * mask, seq[:, None] * mask  # [B, T], [B, T]
@@ -118,6 +128,7 @@ def drgrpo(
     cfg: AlgoConfig,
     values: Tensor | None = None,
     token_rewards: Tensor | None = None,
+    counted: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Dr. GRPO advantage (Liu et al. 2025, "Understanding R1-Zero-Like Training").
 
@@ -125,7 +136,7 @@ def drgrpo(
     that are too easy or too hard.
     """
     seq = _sequence_rewards(rewards, mask, token_rewards)  # [B]
-    mean, _, _ = _group_stats(seq, group_index)  # [B]
+    mean, _, _ = _group_stats(seq, group_index, counted)  # [B]
     return (seq - mean)[:, None] * mask, seq[:, None] * mask  # [B, T], [B, T]
 
 
@@ -137,6 +148,7 @@ def rloo(
     cfg: AlgoConfig,
     values: Tensor | None = None,
     token_rewards: Tensor | None = None,
+    counted: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """REINFORCE leave-one-out (Ahmadian et al. 2024, "Back to Basics"; Kool et al. 2019).
 
@@ -144,7 +156,7 @@ def rloo(
     a group of one has no baseline and gets A = 0.
     """
     seq = _sequence_rewards(rewards, mask, token_rewards)  # [B]
-    mean, _, count = _group_stats(seq, group_index)  # [B], [B], [B]
+    mean, _, count = _group_stats(seq, group_index, counted)  # [B], [B], [B]
     adv = (seq - mean) * count / (count - 1).clamp(min=1)  # [B]
     return adv[:, None] * mask, seq[:, None] * mask  # [B, T], [B, T]
 
@@ -168,6 +180,7 @@ def reinforce_pp(
     cfg: AlgoConfig,
     values: Tensor | None = None,
     token_rewards: Tensor | None = None,
+    counted: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """REINFORCE++ (Hu 2025): discounted token-level returns, normalised over the whole batch.
 
@@ -186,6 +199,7 @@ def reinforce_pp_baseline(
     cfg: AlgoConfig,
     values: Tensor | None = None,
     token_rewards: Tensor | None = None,
+    counted: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """REINFORCE++-baseline (Hu 2025): REINFORCE++ with the outcome reward centred by its group mean.
 
@@ -193,7 +207,7 @@ def reinforce_pp_baseline(
     returns, whole-batch normalisation). A group of one has R' = 0.
     """
     outcome = rewards.to(mask.dtype)  # [B]
-    mean, _, _ = _group_stats(outcome, group_index)  # [B]
+    mean, _, _ = _group_stats(outcome, group_index, counted)  # [B]
     return _reinforce_pp_from_outcome(outcome - mean, mask, cfg, token_rewards)
 
 
@@ -205,6 +219,7 @@ def gae(
     cfg: AlgoConfig,
     values: Tensor | None = None,
     token_rewards: Tensor | None = None,
+    counted: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Generalised advantage estimation with a value head (Schulman et al. 2016).
 
@@ -252,8 +267,9 @@ def compute_advantages(
     cfg: AlgoConfig,
     values: Tensor | None = None,
     token_rewards: Tensor | None = None,
+    counted: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Run the estimator named by ``cfg.advantage``; returns (advantages [B, T], returns [B, T])."""
     return ADVANTAGES[cfg.advantage](
-        rewards, mask, group_index, cfg, values=values, token_rewards=token_rewards
+        rewards, mask, group_index, cfg, values=values, token_rewards=token_rewards, counted=counted
     )

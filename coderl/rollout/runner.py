@@ -92,7 +92,9 @@ async def run_rollouts(
             if settings.grade:
                 try:
                     g = await grade(task, traj.patch, sandbox, settings.reward)
-                    traj.reward, resolved, verdict = g.reward, g.resolved, g.to_dict()
+                    resolved, verdict = g.resolved, g.to_dict()
+                    for seq in traj.sequences():  # every sequence of the rollout shares its reward
+                        seq.reward = g.reward
                     verdict.pop("test_output", None)
                 except Exception as exc:
                     traj.error = (traj.error or "") + f" grading failed: {type(exc).__name__}: {exc}"

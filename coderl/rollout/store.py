@@ -53,11 +53,14 @@ class TrajectoryStore:
         return [json.loads(line) for line in kept[in_shards:]]
 
     def add(self, traj: Trajectory, extra: dict[str, Any] | None = None) -> None:
-        row = {**asdict(traj), **(extra or {})}
-        self._log.write(json.dumps(row) + "\n")
+        """Record a rollout: one row per token sequence (``part`` 0 is the trajectory, 1.. its parts)."""
+        for part, seq in enumerate(traj.sequences()):
+            row = {**asdict(seq), **(extra or {}), "part": part}
+            row.pop("parts")
+            self._log.write(json.dumps(row) + "\n")
+            self._pending.append(row)
+            self.count += 1
         self._log.flush()
-        self._pending.append(row)
-        self.count += 1
         if len(self._pending) >= self.shard_size:
             self.flush()
 

@@ -50,11 +50,14 @@ def build_batch(
     max_response: int,
     ref_logp: list[torch.Tensor] | None = None,
     values: list[torch.Tensor] | None = None,
+    counted: list[bool] | None = None,
 ) -> TrainBatch:
     """Pad trajectories into a batch, shape rewards (overlong, KL in the reward) and compute advantages.
 
     ``values`` (one ``[n]`` tensor per trajectory, the value head's predictions before the update) are
     what GAE needs; the batch then also carries them (``old_values``) and the returns they regress to.
+    ``counted`` marks the rows that count in group baselines: the first sequence of each rollout, when
+    a rollout brought several (:attr:`coderl.types.Trajectory.parts`); None = every row.
     """
     width = max(len(t.response_ids) for t in trajectories)
     size = len(trajectories)
@@ -90,8 +93,15 @@ def build_batch(
         ref = _pad([r.cpu() for r in ref_logp], width)  # [B, T]
         token_rewards = kl_token_rewards(rollout_logp, ref, mask, algo)  # [B, T]
     padded_values = _pad([v.detach().cpu() for v in values], width) * mask if values is not None else None
+    counted_rows = torch.tensor(counted, dtype=torch.float32) if counted is not None else None  # [B]
     batch.advantages, returns = compute_advantages(
-        rewards, mask, group_index, algo, values=padded_values, token_rewards=token_rewards
+        rewards,
+        mask,
+        group_index,
+        algo,
+        values=padded_values,
+        token_rewards=token_rewards,
+        counted=counted_rows,
     )  # [B, T], [B, T]
     if padded_values is not None:
         batch.old_values, batch.returns = padded_values, returns

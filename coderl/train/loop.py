@@ -213,7 +213,8 @@ class Trainer:
             stage_s["grade"] += time.perf_counter() - t
             all_results += extra
         for r in all_results:
-            r.trajectory.policy_version += self.version - self._engine_base  # engine counter -> run's
+            for seq in r.trajectory.sequences():  # engine counter -> run's
+                seq.policy_version += self.version - self._engine_base
             store.add(r.trajectory, {"step": step, "resolved": r.resolved, "grade": r.grade or {}})
 
         t = time.perf_counter()
@@ -224,9 +225,15 @@ class Trainer:
         stage_s["check"] = time.perf_counter() - t
 
         row = self._rollout_metrics(step, all_results)
-        row.update(token_mismatch=token_mismatch, refill_rounds=refills, trained_samples=len(trainable))
+        row.update(
+            token_mismatch=token_mismatch,
+            refill_rounds=refills,
+            trained_samples=len(trainable),
+            trained_sequences=sum(len(r.trajectory.sequences()) for r in trainable),
+        )
         if trainable:
-            trajs = [r.trajectory for r in trainable]
+            trajs = [seq for r in trainable for seq in r.trajectory.sequences()]
+            counted = [k == 0 for r in trainable for k in range(len(r.trajectory.sequences()))]
             ref = None
             if cfg.algo.kl_coef > 0:
                 t = time.perf_counter()
@@ -246,7 +253,9 @@ class Trainer:
                 values = [s.values for s in scored if s.values is not None]
                 stage_s["values"] = time.perf_counter() - t
             t = time.perf_counter()
-            batch = build_batch(trajs, cfg.algo, cfg.rollout.max_tokens * cfg.rollout.max_turns, ref, values)
+            batch = build_batch(
+                trajs, cfg.algo, cfg.rollout.max_tokens * cfg.rollout.max_turns, ref, values, counted
+            )
             loss = BatchLoss(batch, cfg.algo, ref)
             stage_s["advantages"] = time.perf_counter() - t
             t = time.perf_counter()
@@ -348,13 +357,16 @@ class Trainer:
                         r.trajectory.error or ""
                     ) + f" grading failed: {type(exc).__name__}: {exc}"
                     return
-                r.trajectory.reward, r.resolved = g.reward, g.resolved
+                r.resolved = g.resolved
+                for seq in r.trajectory.sequences():
+                    seq.reward = g.reward
                 r.grade = {k: v for k, v in g.to_dict().items() if k != "test_output"}
 
         await asyncio.gather(*(one(r) for r in results))
 
     def _check(self, results: list[RolloutResult]) -> tuple[list[RolloutResult], int]:
-        """Trajectories fit to train on, and how many failed the sampled-token check."""
+        """Rollouts fit to train on, and how many sequences failed the sampled-token check (a rollout
+        with one failing sequence is not trained on at all)."""
         assert self.ledger is not None
         ok: list[RolloutResult] = []
         bad = 0
@@ -362,10 +374,10 @@ class Trainer:
             traj = r.trajectory
             if not traj.response_ids or not any(traj.response_mask):
                 continue  # nothing sampled (an infrastructure error before the first turn)
-            problem = self.ledger.verify(traj)
-            if problem is not None:
-                bad += 1
-                log.error("trajectory of %s not trained on: %s", traj.task_id, problem)
+            problems = [p for seq in traj.sequences() if (p := self.ledger.verify(seq)) is not None]
+            if problems:
+                bad += len(problems)
+                log.error("rollout of %s not trained on: %s", traj.task_id, "; ".join(problems))
                 continue
             ok.append(r)
         return ok, bad
