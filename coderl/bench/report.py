@@ -12,6 +12,18 @@ from pathlib import Path
 from typing import Any
 
 
+def machine_busy_cpu_s() -> float | None:
+    """CPU-seconds the whole machine has spent busy since boot (all processes, all cores; Linux
+    /proc/stat), or None where that cannot be read. The difference over a run is what it cost."""
+    try:
+        fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    except (OSError, IndexError):
+        return None
+    ticks = [int(x) for x in fields[:8]]
+    busy = sum(ticks) - ticks[3] - ticks[4]  # minus idle and iowait
+    return busy / os.sysconf("SC_CLK_TCK")
+
+
 def machine_info() -> dict[str, Any]:
     """What the figures were measured on."""
     import torch

@@ -5,6 +5,10 @@ Throughput: N rollouts of the ``swe`` loop run at once on real bwrap sandboxes a
 engine that answers every call after a fixed latency. Each rollout makes ``len(SCRIPT)`` calls, so
 with nothing else in the way a wave of N takes ``len(SCRIPT) * latency`` seconds: that is the ideal,
 and ``efficiency_N`` = ideal / measured wall time.
+
+Each level also records the CPU the whole machine spent (every sandbox process included) per rollout,
+and the wall time that CPU alone needs on this machine's cores: when that exceeds the ideal, the
+machine, not the framework's waiting, bounds the efficiency (``cpu_bound_efficiency_N``).
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -23,7 +28,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from coderl.agents import AgentContext, AgentLimits
 from coderl.agents.baseline import BaselineCache
-from coderl.bench.report import command_line, machine_info, percentile, write_section
+from coderl.bench.report import command_line, machine_busy_cpu_s, machine_info, percentile, write_section
 from coderl.bench.scripted import ScriptedEngine
 from coderl.chat import ChatFormat
 from coderl.cli.common import config_from_args
@@ -112,10 +117,13 @@ async def bench_rollout(
                 agent="swe", group_size=n, max_engine_requests=n, max_sandboxes=n, grade=False
             )
             make = _ctx_factory(chat, cfg.sandbox, 256, AgentLimits(max_turns=len(SCRIPT) + 2))
-            t0 = time.perf_counter()
+            cpu0, t0 = machine_busy_cpu_s(), time.perf_counter()
             results = await run_rollouts([task], engine, make, settings, cfg.sandbox)
             wall = time.perf_counter() - t0
+            cpu1 = machine_busy_cpu_s()
             ideal = len(SCRIPT) * latency
+            cpu_s = cpu1 - cpu0 if cpu0 is not None and cpu1 is not None else None
+            cores = os.cpu_count() or 1
             ok = sum(
                 r.trajectory.exit_status == "submitted" and "a + b" in r.trajectory.patch for r in results
             )
@@ -127,8 +135,13 @@ async def bench_rollout(
                 "ideal_rollouts_per_s": n / ideal,
                 "efficiency": ideal / wall,
                 "completed_as_scripted": ok,
+                "machine_cpu_s": cpu_s,
+                "cpu_ms_per_rollout": None if cpu_s is None else 1000 * cpu_s / n,
+                "cpu_bound_efficiency": None if cpu_s is None else min(1.0, ideal / (cpu_s / cores)),
             }
             out[f"efficiency_{n}"] = ideal / wall
+            if cpu_s is not None:
+                out[f"cpu_bound_efficiency_{n}"] = min(1.0, ideal / (cpu_s / cores))
             progress.advance(bar)
         if model_eval:
             progress.update(bar, description="real model: bundled warmup + easy (swe loop)")
@@ -193,10 +206,16 @@ async def _model_eval(cfg: Config, quick: bool) -> dict[str, Any]:
     }
 
 
+def _cpu_cells(level: dict[str, Any]) -> str:
+    if level.get("cpu_ms_per_rollout") is None:
+        return "n/a | n/a"
+    return f"{level['cpu_ms_per_rollout']:.0f} | {level['cpu_bound_efficiency']:.0%}"
+
+
 def to_markdown(r: dict[str, Any]) -> str:
     m = r["machine"]
     rows = "\n".join(
-        f"| {n} | {v['wall_s']:.2f} | {v['ideal_s']:.2f} | {v['rollouts_per_s']:.1f} | {v['ideal_rollouts_per_s']:.1f} | **{v['efficiency']:.0%}** | {v['completed_as_scripted']}/{n} |"
+        f"| {n} | {v['wall_s']:.2f} | {v['ideal_s']:.2f} | {v['rollouts_per_s']:.1f} | {v['ideal_rollouts_per_s']:.1f} | **{v['efficiency']:.0%}** | {v['completed_as_scripted']}/{n} | {_cpu_cells(v)} |"
         for n, v in r["levels"].items()
     )
     model = ""
@@ -213,9 +232,14 @@ Command: `{r.get("command", "coderl bench rollout")}` — {m["cpu"]}, {m["cores"
 call after {r["latency_s"]} s; each rollout is the `swe` loop on a real bwrap sandbox making {r["turns_per_rollout"]} calls
 (view, search, str_replace, bash `ls`/`grep`, submit), so the latency-bound ideal of one wave is {r["turns_per_rollout"]} × {r["latency_s"]} s.
 
-| concurrent rollouts | wall (s) | ideal (s) | rollouts/s | ideal rollouts/s | efficiency | finished as scripted |
-|---|---|---|---|---|---|---|
+| concurrent rollouts | wall (s) | ideal (s) | rollouts/s | ideal rollouts/s | efficiency | finished as scripted | machine CPU per rollout (ms) | CPU-bound ceiling |
+|---|---|---|---|---|---|---|---|---|
 {rows}
+
+The last two columns: CPU-seconds the whole machine spent during the level (the loop, every sandbox's
+bwrap, agent and commands, and anything else running) per rollout, and the efficiency that much CPU
+allows on {m["cores"]} cores (ideal ÷ CPU-seconds per core, capped at 100%). Where the ceiling is below
+the target, the machine's cores, not the framework's waiting, are the limit.
 
 Target: efficiency ≥ 90% at 256. Framework overhead per turn (chat layer + parsing + bookkeeping, engine and
 tools excluded), p50: **{r["turn_overhead_p50_ms"]:.2f} ms** (target under 2 ms).
