@@ -16,7 +16,7 @@ from coderl.engine.embedded import EmbeddedEngine
 from coderl.errors import ConfigError, ModelError
 from coderl.train.actor import Actor
 from coderl.train.config import ActorConfig
-from coderl.train.packing import split_micro_batches
+from coderl.train.packing import pack, shared_prefixes, split_micro_batches
 from tests.conftest import hf_logprobs
 
 ANSWERS = [
@@ -59,6 +59,9 @@ def test_micro_batch_split_and_batch_checks() -> None:
     assert split_micro_batches([5, 5, 10, 2], 8) == [[0, 1], [2], [3]]
     # padded cost = rows x longest row: [4, 1] costs 8, adding a 4 costs 12
     assert split_micro_batches([5, 2, 5], 8, padded=True) == [[0, 1], [2]]
+    # a sequence sharing 3 tokens with the one before costs 3 less, but only in that one's group
+    assert split_micro_batches([5, 5, 5], 8, shared=[0, 3, 3]) == [[0, 1, 2]]
+    assert split_micro_batches([5, 5, 5], 5, shared=[0, 3, 3]) == [[0, 1], [2]]
     actor = Actor(ActorConfig(device="cpu"))
     with pytest.raises(ConfigError, match="start"):
         actor.score([[1, 2, 3]], [0], 1.0)
@@ -83,7 +86,7 @@ def test_lr_schedule_warmup_then_cosine() -> None:
 def test_packed_logprobs_match_hf_forward(batch: Any, hf_model: Any, budget: int) -> None:
     sequences, starts = batch
     actor = make_actor(micro_batch_tokens=budget)
-    assert len(actor._groups(sequences)) == (1 if budget == 4096 else 3)  # [[0, 1], [2], [3]]
+    assert len(actor._groups(sequences, starts)) == (1 if budget == 4096 else 3)  # [[0, 1], [2], [3]]
     for temperature in (1.0, 0.7):
         scored = actor.score(sequences, starts, temperature)
         for seq, start, s in zip(sequences, starts, scored, strict=True):
@@ -328,3 +331,38 @@ def test_value_head_scores_trains_and_checkpoints(batch: Any, tmp_path: Path) ->
         resumed.score(sequences, starts, 1.0, with_values=True, reference=True)
     with pytest.raises(ConfigError, match="packing=true"):
         Actor(ActorConfig(device="cpu", packing=False), value_head=True).setup()
+
+
+def test_pack_lays_a_shared_prompt_out_once() -> None:
+    prompt = list(range(100, 120))  # 20 tokens: the first 19 (unscored) can be shared
+    seqs = [prompt + [1, 2], prompt + [3], list(range(200, 230)) + [4], prompt + [5, 6]]
+    starts = [20, 20, 30, 20]
+    assert shared_prefixes(seqs, starts) == [0, 19, 0, 0]  # only consecutive samples share
+    batch = pack(seqs, starts, torch.device("cpu"), share_prefix=True)
+    prefix = (0, 19)
+    assert batch.spans[:3] == [(0, 19, None), (19, 21, prefix), (21, 22, prefix)]
+    assert batch.positions[19:22].tolist() == [19, 20, 19]  # the positions each token had unshared
+    assert batch.num_tokens == 19 + 2 + 1 + 30 + 21
+    assert batch.input_ids[batch.scored_rows].tolist()[:3] == [119, 1, 119]  # rows that predict 1, 2, 3
+    assert batch.targets.tolist() == [1, 2, 3, 4, 5, 6] and batch.counts == [2, 1, 1, 2]
+
+
+@pytest.mark.slow
+def test_shared_prefix_forward_equals_the_unshared_one(chat_prompts: list[list[int]], tokenizer: Any) -> None:
+    answers = [tokenizer(a, add_special_tokens=False)["input_ids"] for a in ANSWERS]
+    prompt = chat_prompts[2]
+    sequences = [prompt + a for a in answers] + [chat_prompts[0] + answers[1]]
+    starts = [len(prompt)] * len(answers) + [len(chat_prompts[0])]
+    shared, plain = make_actor(share_prefix=True), make_actor(share_prefix=False)
+    for a, b in zip(shared.score(sequences, starts, 1.0), plain.score(sequences, starts, 1.0), strict=True):
+        assert torch.allclose(a.logprobs, b.logprobs, atol=2e-5, rtol=0)
+    loss = nll_loss(sequences, starts)
+    fewer = shared.compute_grads(sequences, starts, 1.0, loss)
+    full = plain.compute_grads(sequences, starts, 1.0, loss)
+    assert fewer["tokens"] < full["tokens"] - 2 * (
+        len(prompt) - 1
+    )  # the prompt went through once, not 4 times
+    grads = dict(plain.trainable_parameters())
+    for name, p in shared.trainable_parameters():
+        assert p.grad is not None and grads[name].grad is not None
+        assert torch.allclose(p.grad, grads[name].grad, atol=1e-5, rtol=1e-3), name

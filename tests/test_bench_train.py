@@ -39,3 +39,7 @@ def test_bench_train_quick_measures_packing(capsys: pytest.CaptureFixture[str]) 
     )
     assert result["peak_memory_mb"] > 100  # a 135M-parameter model and its optimizer state live here
     assert result["batch"]["padded_tokens"] > result["batch"]["real_tokens"]
+    sharing = result["prefix_sharing"]
+    assert sharing["shared_step_s"] > 0 and result["prefix_sharing_speedup"] == pytest.approx(
+        sharing["unshared_step_s"] / sharing["shared_step_s"]
+    )

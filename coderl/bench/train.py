@@ -4,7 +4,9 @@ peak memory, and the time of each stage of one default training step.
 Packing: the same variable-length batch (lengths spread evenly over ``[min_len, max_len]``, like a
 group of agent trajectories) goes through ``Actor.train_step`` with ``actor.packing`` on and off,
 alternating, several rounds; tokens/s counts real (non-padding) tokens, so the ratio is the speed-up
-a user sees. One default step: ``coderl train`` with the packaged defaults, ``train.steps=1``, in a
+a user sees. Prefix sharing: a GRPO-shaped batch (G samples of one prompt, responses of different
+lengths) through the packed actor with ``actor.share_prefix`` on and off, alternating; the ratio of
+step times is ``prefix_sharing_speedup``. One default step: ``coderl train`` with the packaged defaults, ``train.steps=1``, in a
 temporary run directory; its ``stage_s`` row is reported as is.
 """
 
@@ -52,6 +54,40 @@ def variable_batch(
     rng.shuffle(lengths)
     seqs = [[rng.randrange(vocab) for _ in range(n)] for n in lengths]
     return seqs, [max(1, n // 4) for n in lengths]
+
+
+def group_batch(
+    vocab: int, group: int, prompt_len: int, min_resp: int, max_resp: int, seed: int
+) -> tuple[list[list[int]], list[int]]:
+    """``group`` samples of one prompt of ``prompt_len`` tokens with responses spread over [min, max]."""
+    rng = random.Random(seed)
+    prompt = [rng.randrange(vocab) for _ in range(prompt_len)]
+    lengths = [round(min_resp + (max_resp - min_resp) * i / max(group - 1, 1)) for i in range(group)]
+    return [prompt + [rng.randrange(vocab) for _ in range(n)] for n in lengths], [prompt_len] * group
+
+
+def _prefix_sharing(actor: Actor, vocab: int, quick: bool, seed: int) -> dict[str, Any]:
+    group, prompt_len, lo, hi, rounds = (4, 300, 32, 128, 1) if quick else (4, 900, 64, 256, 3)
+    seqs, starts = group_batch(vocab, group, prompt_len, lo, hi, seed)
+    loss = _nll(sum(len(s) - st for s, st in zip(seqs, starts, strict=True)))
+    times: dict[bool, list[float]] = {True: [], False: []}
+    base = actor.cfg
+    for _ in range(rounds):
+        for share in (True, False):
+            actor.cfg = base.model_copy(update={"share_prefix": share})
+            t0 = time.perf_counter()
+            actor.train_step(seqs, starts, 1.0, loss)
+            times[share].append(time.perf_counter() - t0)
+    actor.cfg = base
+    shared, unshared = statistics.median(times[True]), statistics.median(times[False])
+    return {
+        "group": group,
+        "prompt_tokens": prompt_len,
+        "response_tokens": [len(s) - prompt_len for s in seqs],
+        "shared_step_s": shared,
+        "unshared_step_s": unshared,
+        "prefix_sharing_speedup": unshared / shared,
+    }
 
 
 def _nll(total: int) -> Any:
@@ -121,6 +157,9 @@ def bench_train(
     result["peak_memory_mb"] = peak_packed
     result["peak_memory_mb_with_padded"] = peak_memory_mb()
     result["micro_batch_tokens"] = cfg.actor.micro_batch_tokens
+    with console.status("prefix sharing: a group of samples of one prompt, shared and not"):
+        result["prefix_sharing"] = _prefix_sharing(actors["packed"], vocab, quick, cfg.run.seed)
+    result["prefix_sharing_speedup"] = result["prefix_sharing"]["prefix_sharing_speedup"]
     del actors
     if default_step:
         result["default_step"] = _one_default_step(cfg, console)
@@ -164,6 +203,15 @@ def to_markdown(r: dict[str, Any]) -> str:
         f"RSS of the process after the packed steps: two actors with their AdamW state, the batch): "
         f"**{r['peak_memory_mb']:.0f}**; after the padded steps too: {r['peak_memory_mb_with_padded']:.0f}.",
     ]
+    ps = r.get("prefix_sharing")
+    if ps:
+        lines += [
+            "",
+            f"Prefix sharing (`actor.share_prefix`, on by default): {ps['group']} samples of one "
+            f"{ps['prompt_tokens']}-token prompt with responses of {ps['response_tokens']} tokens, one train step: "
+            f"{ps['unshared_step_s']:.2f} s with every sample forwarding the prompt, {ps['shared_step_s']:.2f} s "
+            f"with the prompt forwarded once — `prefix_sharing_speedup` **{ps['prefix_sharing_speedup']:.2f}×**.",
+        ]
     step = r.get("default_step")
     if step:
         lines += [

@@ -39,7 +39,14 @@ from coderl.engine.runner import SUPPORTED_MODEL_TYPES
 from coderl.engine.sampler import effective_temperature, token_logprobs
 from coderl.errors import ConfigError, ModelError
 from coderl.train.config import ActorConfig
-from coderl.train.packing import PackedDecoder, check_batch, pack, padded_logits, split_micro_batches
+from coderl.train.packing import (
+    PackedDecoder,
+    check_batch,
+    pack,
+    padded_logits,
+    shared_prefixes,
+    split_micro_batches,
+)
 
 log = logging.getLogger(__name__)
 
@@ -234,7 +241,7 @@ class Actor:
         with_values: bool = False,
     ) -> tuple[list[torch.Tensor], list[torch.Tensor] | None, list[torch.Tensor] | None, int]:
         """Per-sequence float32 logprobs (entropies, values) of one micro-batch; grad follows the caller."""
-        batch = pack(sequences, starts, self.device)
+        batch = pack(sequences, starts, self.device, share_prefix=self.cfg.packing and self.cfg.share_prefix)
         if batch.scored_rows.numel() == 0:
             empty = [torch.zeros(0, device=self.device) for _ in sequences]
             return (
@@ -263,9 +270,13 @@ class Actor:
         vals = list(values.split(batch.counts)) if values is not None else None
         return lps, ents, vals, forwarded
 
-    def _groups(self, sequences: list[list[int]]) -> list[list[int]]:
+    def _groups(self, sequences: list[list[int]], starts: list[int]) -> list[list[int]]:
         lengths = [len(s) for s in sequences]
-        return split_micro_batches(lengths, self.cfg.micro_batch_tokens, padded=not self.cfg.packing)
+        sharing = self.cfg.packing and self.cfg.share_prefix
+        shared = shared_prefixes(sequences, starts) if sharing else None
+        return split_micro_batches(
+            lengths, self.cfg.micro_batch_tokens, padded=not self.cfg.packing, shared=shared
+        )
 
     # ------------------------------------------------------------------ public API
 
@@ -292,7 +303,7 @@ class Actor:
             )
         scored: list[Scored | None] = [None] * len(sequences)
         with self._policy(reference) as (model, decoder):
-            for group in self._groups(sequences):
+            for group in self._groups(sequences, starts):
                 lps, ents, vals, _ = self._forward(
                     model,
                     decoder,
@@ -320,7 +331,7 @@ class Actor:
         check_batch(sequences, starts)
         hf = self._require()
         assert self._decoder is not None
-        groups = self._groups(sequences)
+        groups = self._groups(sequences, starts)
         loss_total = 0.0
         tokens = 0
         hf.train()

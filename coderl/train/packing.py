@@ -10,6 +10,14 @@ qwen3), whose inference forward this mirrors without the KV cache.
 A sequence of L tokens with scoring start s is forwarded as its first L - 1 tokens (the last token
 predicts nothing that is scored); the hidden states at positions s - 1 .. L - 2 predict tokens
 s .. L - 1, and only those rows ever reach the vocabulary projection.
+
+Shared prompts (``share_prefix``): consecutive samples of one task (a GRPO group) repeat the same
+prompt. Within a micro-batch, the unscored part of a prompt they share (tokens 0 .. s - 2) is
+forwarded once as a segment of its own; each sample's remaining tokens form a segment that attends
+to that prefix and causally to itself, at the positions it would have had. Autograd sums the
+gradients the samples send through the shared prefix, so the result is the unshared computation's,
+up to float rounding; for a group of G samples with prompt P and responses R, the forward shrinks
+from G (P + R) to P + G R tokens.
 """
 
 from __future__ import annotations
@@ -30,7 +38,8 @@ class PackedBatch:
 
     input_ids: torch.Tensor  # [N]
     positions: torch.Tensor  # [N]
-    spans: list[tuple[int, int]]
+    spans: list[tuple[int, int, tuple[int, int] | None]]
+    """(start, end, prefix): a segment's flat rows and the [start, end) of a shared prefix it attends to."""
     scored_rows: torch.Tensor  # [M]  flat rows whose hidden state predicts a scored token
     targets: torch.Tensor  # [M]  the scored tokens
     counts: list[int]  # scored tokens per sequence (sum = M)
@@ -54,20 +63,52 @@ def check_batch(sequences: list[list[int]], starts: list[int]) -> None:
             )
 
 
-def pack(sequences: list[list[int]], starts: list[int], device: torch.device) -> PackedBatch:
-    """Flatten sequences (each without its last token) and index the rows that predict scored tokens."""
+MIN_SHARED_PREFIX = 16
+"""Shortest prompt prefix worth a segment of its own."""
+
+
+def shared_prefixes(sequences: list[list[int]], starts: list[int]) -> list[int]:
+    """For each sequence, how many leading tokens it can share with the sequence before it: the
+    unscored prompt part (``start - 1`` tokens) when both have the same one, else 0."""
+    out = [0]
+    for i in range(1, len(sequences)):
+        n = starts[i] - 1
+        same = (
+            n >= MIN_SHARED_PREFIX and starts[i - 1] == starts[i] and sequences[i][:n] == sequences[i - 1][:n]
+        )
+        out.append(n if same else 0)
+    return out[: len(sequences)]
+
+
+def pack(
+    sequences: list[list[int]], starts: list[int], device: torch.device, share_prefix: bool = False
+) -> PackedBatch:
+    """Flatten sequences (each without its last token) and index the rows that predict scored tokens;
+    with ``share_prefix``, a prompt prefix consecutive sequences share is laid out once (module doc)."""
     flat: list[int] = []
     positions: list[int] = []
-    spans: list[tuple[int, int]] = []
+    spans: list[tuple[int, int, tuple[int, int] | None]] = []
     rows: list[int] = []
     targets: list[int] = []
     counts: list[int] = []
-    for seq, start in zip(sequences, starts, strict=True):
+    shared = shared_prefixes(sequences, starts) if share_prefix else [0] * len(sequences)
+    prefix: tuple[int, int] | None = None
+    for i, (seq, start) in enumerate(zip(sequences, starts, strict=True)):
+        follower = i + 1 < len(sequences) and shared[i + 1] > 0
+        if shared[i] == 0:
+            prefix = None
+            if follower:  # the first of a group: its prefix becomes a segment of its own
+                n = shared[i + 1]
+                prefix = (len(flat), len(flat) + n)
+                flat.extend(seq[:n])
+                positions.extend(range(n))
+                spans.append((prefix[0], prefix[1], None))
+        skip = prefix[1] - prefix[0] if prefix is not None else 0
         begin = len(flat)
-        flat.extend(seq[:-1])
-        positions.extend(range(len(seq) - 1))
-        spans.append((begin, len(flat)))
-        rows.extend(range(begin + start - 1, begin + len(seq) - 1))
+        flat.extend(seq[skip:-1])
+        positions.extend(range(skip, len(seq) - 1))
+        spans.append((begin, len(flat), prefix))
+        rows.extend(range(begin + start - 1 - skip, begin + len(seq) - 1 - skip))
         targets.extend(seq[start:])
         counts.append(len(seq) - start)
     return PackedBatch(
@@ -80,24 +121,29 @@ def pack(sequences: list[list[int]], starts: list[int], device: torch.device) ->
     )
 
 
-def split_micro_batches(lengths: list[int], budget: int, padded: bool = False) -> list[list[int]]:
+def split_micro_batches(
+    lengths: list[int], budget: int, padded: bool = False, shared: list[int] | None = None
+) -> list[list[int]]:
     """Group consecutive sequence indices so each group's forwarded tokens fit ``budget``.
 
-    Packed groups count real tokens; padded groups count rows x longest row (what is computed).
-    A sequence longer than the budget gets a group of its own.
+    Packed groups count real tokens (less the prefix a sequence shares with the one before it in the
+    same group, ``shared`` from :func:`shared_prefixes`); padded groups count rows x longest row (what
+    is computed). A sequence longer than the budget gets a group of its own.
     """
     groups: list[list[int]] = []
     current: list[int] = []
     used = longest = 0
     for i, length in enumerate(lengths):
-        n = max(length - 1, 0)  # the last token is not forwarded
+        full = max(length - 1, 0)  # the last token is not forwarded
+        # a sequence whose prompt is already in this micro-batch adds only the rest
+        n = full - shared[i] if shared is not None and current and shared[i] else full
         cost = (len(current) + 1) * max(longest, n) if padded else used + n
         if current and cost > budget:
             groups.append(current)
-            current, used, longest = [], 0, 0
+            current, used, longest, n = [], 0, 0, full
         current.append(i)
         used += n
-        longest = max(longest, n)
+        longest = max(longest, full)
     if current:
         groups.append(current)
     return groups
@@ -167,7 +213,7 @@ class PackedDecoder:
         hidden: torch.Tensor,
         cos: torch.Tensor,
         sin: torch.Tensor,
-        spans: list[tuple[int, int]],
+        spans: list[tuple[int, int, tuple[int, int] | None]],
     ) -> torch.Tensor:
         n_tok = hidden.shape[0]
         H, KVH, D = self.num_heads, self.num_kv_heads, self.head_dim
@@ -181,18 +227,38 @@ class PackedDecoder:
             k = attn.k_norm(k)
         q = q * cos + _rotate_half(q) * sin  # [N, H, D]
         k = k * cos + _rotate_half(k) * sin  # [N, KVH, D]
-        outs = [
-            F.scaled_dot_product_attention(  # 4-D like HF's call: the 3-D kernel rounds differently
-                q[None, start:end].transpose(1, 2),  # [1, H, n, D]
-                k[None, start:end].transpose(1, 2),  # [1, KVH, n, D]
-                v[None, start:end].transpose(1, 2),  # [1, KVH, n, D]
-                is_causal=end - start > 1,
-                scale=self.scale,
-                enable_gqa=H != KVH,
-            )[0].transpose(0, 1)  # [n, H, D]
-            for start, end in spans
-            if end > start
-        ]
+        outs = [self._attend(q, k, v, start, end, prefix) for start, end, prefix in spans if end > start]
         out = torch.cat(outs, dim=0) if outs else q.new_zeros((0, H, D))  # [N, H, D]
         hidden = hidden + attn.o_proj(out.reshape(n_tok, H * D))  # [N, E]
         return hidden + layer.mlp(layer.post_attention_layernorm(hidden))  # [N, E]
+
+    def _attend(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        start: int,
+        end: int,
+        prefix: tuple[int, int] | None,
+    ) -> torch.Tensor:
+        """Attention of one segment's rows ``[n, H, D]``: causal over itself, after a shared prefix
+        (every prefix key visible) when it has one."""
+        H, KVH = self.num_heads, self.num_kv_heads
+        keys, values = k[start:end], v[start:end]  # [n, KVH, D]
+        mask: torch.Tensor | None = None
+        if prefix is not None:
+            p0, p1 = prefix
+            keys = torch.cat([k[p0:p1], keys])  # [P + n, KVH, D]
+            values = torch.cat([v[p0:p1], values])  # [P + n, KVH, D]
+            n = end - start
+            mask = torch.ones(n, p1 - p0 + n, dtype=torch.bool, device=q.device)  # [n, P + n]
+            mask[:, p1 - p0 :] = torch.ones(n, n, dtype=torch.bool, device=q.device).tril()
+        return F.scaled_dot_product_attention(  # 4-D like HF's call: the 3-D kernel rounds differently
+            q[None, start:end].transpose(1, 2),  # [1, H, n, D]
+            keys[None].transpose(1, 2),  # [1, KVH, S, D]
+            values[None].transpose(1, 2),  # [1, KVH, S, D]
+            attn_mask=mask,
+            is_causal=mask is None and end - start > 1,
+            scale=self.scale,
+            enable_gqa=H != KVH,
+        )[0].transpose(0, 1)  # [n, H, D]
