@@ -31,7 +31,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from coderl.chat import ChatFormat
 from coderl.checkpoint import DEFAULT_MODEL_NAME
 from coderl.proxy.app import create_app
-from coderl.proxy.config import ProxyConfig
+from coderl.proxy.config import ProxyConfig, RelayWorkerConfig
 from coderl.proxy.relay import RelayEngine
 from coderl.proxy.relay_protocol import (
     CLOSE_BAD_MESSAGE,
@@ -40,7 +40,9 @@ from coderl.proxy.relay_protocol import (
     encode,
     parse_proxy_message,
 )
+from coderl.proxy.relay_worker import RelayAuthError, RelayWorker
 from tests.conftest import hf_logprobs
+from tests.proxy_fakes import FakeEngine
 from tests.servers import free_port, serve, wait_healthy
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -294,6 +296,15 @@ async def test_worker_token_and_hello_are_checked(tokenizer: Any, tmp_path: Path
             assert closed.value.rcvd is not None and "must be a hello" in closed.value.rcvd.reason
         assert workers(base)["workers"] == []
         assert health(base)["workers"] == 0  # the proxy lives on
+
+
+async def test_a_worker_with_a_wrong_token_stops_with_a_clear_error(tokenizer: Any, tmp_path: Path) -> None:
+    with relay_proxy(tokenizer, tmp_path / "p.db") as base:
+        url = base.replace("http", "ws") + "/ws/worker"
+        worker = RelayWorker(FakeEngine(tokenizer), RelayWorkerConfig(url=url, token="not-the-token"))
+        with pytest.raises(RelayAuthError, match=r"relay\.token must equal the proxy's proxy\.worker_token"):
+            await asyncio.wait_for(worker.run(), 30)  # no retry: retrying cannot fix a wrong token
+        assert worker.connections == 0 and workers(base)["workers"] == []
 
 
 def test_no_worker_answers_503_with_retry_after(tokenizer: Any, tmp_path: Path) -> None:

@@ -7,12 +7,14 @@ import asyncio
 import contextlib
 import random
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from coderl.engine.params import SamplingParams
 from coderl.errors import ConfigError, EngineError, EngineOverloadedError, EngineUnavailableError
+from coderl.proxy.app import create_app
 from coderl.proxy.config import ProxyConfig, RelayWorkerConfig
 from coderl.proxy.relay import RelayEngine, RelayRefused, WorkerLink
 from coderl.proxy.relay_protocol import (
@@ -199,9 +201,11 @@ async def until(condition: Callable[[], bool], timeout_s: float = 2.0) -> None:
         await asyncio.sleep(0.005)
 
 
-def test_relay_config_errors_name_the_key() -> None:
+def test_relay_config_errors_name_the_key(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"proxy\.worker_token"):
         RelayEngine(ProxyConfig(mode="relay"))
+    with pytest.raises(ConfigError, match=r"proxy\.mode=engine does not fit the engine 'relay'"):
+        create_app(ProxyConfig(db=tmp_path / "p.db"), RelayEngine(relay_cfg()), None)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match=r"proxy\.worker_timeout_s"):
         RelayEngine(relay_cfg(heartbeat_s=5, worker_timeout_s=5))
 
@@ -398,3 +402,15 @@ async def test_a_malformed_frame_is_an_error_for_the_transport_not_a_crash() -> 
         with pytest.raises(RelayProtocolError, match="second hello"):
             engine.receive(w.link, encode(Hello(name="w1", instance="w1", capacity=1)))
         assert (await engine.generate([1], P)).token_ids == [1]  # the hub itself is fine
+
+
+def test_worker_command_needs_a_token(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from coderl.cli.main import main
+
+    monkeypatch.delenv("CODERL_RELAY__TOKEN", raising=False)
+    assert main(["proxy", "worker", "relay.url=ws://127.0.0.1:9/ws/worker"]) == 2
+    assert "relay.token is empty" in capsys.readouterr().err
+    assert main(["proxy", "worker", "relay.url=http://127.0.0.1:9/ws/worker", "relay.token=t"]) == 2
+    assert "relay.url" in capsys.readouterr().err

@@ -92,12 +92,8 @@ def create_app(
     In relay mode (``cfg.mode == "relay"``) the engine is a :class:`RelayEngine` fed by /ws/worker."""
     if (cfg.mode == "relay") != isinstance(engine, RelayEngine):
         raise ConfigError(
-            f"proxy.mode={cfg.mode} needs "
-            + (
-                "a RelayEngine(cfg) as its engine"
-                if cfg.mode == "relay"
-                else "a local engine, not a RelayEngine"
-            )
+            f"proxy.mode={cfg.mode} does not fit the engine {engine.name!r}: relay mode serves a "
+            "RelayEngine(cfg), engine mode a local engine (coderl.engine.create_engine)"
         )
     admin_token = cfg.admin_token or new_admin_token()
     store = Store(cfg.db or default_db_path(), cfg.db_synchronous).open()

@@ -56,6 +56,6 @@ def check_admin(request: Request, admin_token: str) -> None:
 
 
 def worker_token_ok(connection: HTTPConnection, worker_token: str) -> bool:
-    """Whether a /ws/worker handshake carries the worker token (``Authorization: Bearer <token>``)."""
+    """Whether a /ws/worker handshake carries the worker token (as a bearer token or x-api-key)."""
     given = presented_secret(connection)
     return bool(given) and hmac.compare_digest(given.encode(), worker_token.encode())
