@@ -62,9 +62,9 @@ class RelayWorkerConfig(BaseModel):
     """The proxy's worker endpoint, ws://HOST:PORT/ws/worker (wss:// behind TLS)."""
     token: str | None = None
     """The proxy's proxy.worker_token (required); sent as 'Authorization: Bearer <token>'."""
-    name: str = ""
-    """This worker's name, unique among the proxy's workers; empty = <hostname>-<pid>."""
-    capacity: int = Field(16, ge=1)
+    name: str = Field("", max_length=128, pattern=r"^[A-Za-z0-9._:@-]*$")
+    """This worker's name (letters, digits, . _ : @ -), unique among the proxy's workers; empty = <hostname>-<pid>."""
+    capacity: int = Field(16, ge=1, le=100_000)
     """Requests this worker runs at once (more wait here); the proxy balances by in-flight / capacity."""
     backoff_base_s: float = Field(0.5, gt=0)
     """Reconnect backoff: the n-th retry waits uniform(0, min(backoff_cap_s, backoff_base_s * 2**n)) s."""

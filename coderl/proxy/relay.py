@@ -430,7 +430,8 @@ class RelayEngine(Engine):
             raise EngineUnavailableError(
                 f"worker {link.name!r} left during the weight update: {answer.reason}"
             )
-        raise EngineError(f"worker {link.name!r} could not load {path}: {getattr(answer, 'message', answer)}")
+        why = answer.message if isinstance(answer, Error) else f"it answered with {answer.type!r}"
+        raise EngineError(f"worker {link.name!r} could not load {path}: {why}")
 
     async def _catch_up_weights(self, link: WorkerLink, path: str, tag: str) -> None:
         log.info("relay: worker %s loads the newest weights %s before serving", link.name, path)

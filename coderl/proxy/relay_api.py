@@ -31,6 +31,7 @@ from coderl.proxy.relay_protocol import (
     CLOSE_TIMEOUT,
     Hello,
     RelayProtocolError,
+    close_reason,
     parse_worker_message,
 )
 
@@ -162,4 +163,4 @@ async def _close(websocket: WebSocket, code: int, reason: str) -> None:
         and websocket.client_state == WebSocketState.CONNECTED
     ):
         with contextlib.suppress(Exception):  # the peer may be gone already
-            await websocket.close(code, reason.encode()[:120].decode(errors="ignore"))
+            await websocket.close(code, close_reason(reason))

@@ -174,6 +174,11 @@ _FROM_WORKER: TypeAdapter[Hello | Result | Error | Pong | Updated | Drain] = Typ
 _FROM_PROXY: TypeAdapter[Welcome | Generate | Cancel | Ping | UpdateWeights] = TypeAdapter(ProxyMessage)
 
 
+def close_reason(text: str) -> str:
+    """``text`` cut to fit a WebSocket close frame (at most 123 bytes of UTF-8)."""
+    return text.encode()[:120].decode(errors="ignore")
+
+
 def encode(message: _Frame) -> str:
     """The text frame of one message."""
     return message.model_dump_json()

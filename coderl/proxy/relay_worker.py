@@ -21,6 +21,7 @@ import contextlib
 import logging
 import os
 import random
+import re
 import secrets
 import signal
 import socket
@@ -51,6 +52,7 @@ from coderl.proxy.relay_protocol import (
     Updated,
     UpdateWeights,
     Welcome,
+    close_reason,
     encode,
     parse_proxy_message,
 )
@@ -75,7 +77,8 @@ def backoff_delay(attempt: int, base_s: float, cap_s: float, rng: random.Random)
 
 
 def default_worker_name() -> str:
-    return f"{socket.gethostname()}-{os.getpid()}"
+    """``<hostname>-<pid>``, in the characters a worker name may hold."""
+    return re.sub(r"[^A-Za-z0-9._:@-]", "-", socket.gethostname())[:100] + f"-{os.getpid()}"
 
 
 class RelayWorker:
@@ -241,7 +244,7 @@ class RelayWorker:
             why = finished.result()
             code = CLOSE_TIMEOUT if finished is jobs[1] else CLOSE_GOING_AWAY if finished is jobs[2] else 1000
         with contextlib.suppress(Exception):
-            await ws.close(code, why.encode()[:120].decode(errors="ignore"))
+            await ws.close(code, close_reason(why))
         return why
 
     async def _generate(self, message: Generate, send: Send, tasks: dict[str, asyncio.Task[None]]) -> None:
