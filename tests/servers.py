@@ -21,8 +21,8 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def serve(app: Any, timeout_s: float = 120.0) -> Iterator[str]:
-    port = free_port()
+def serve(app: Any, timeout_s: float = 120.0, port: int | None = None) -> Iterator[str]:
+    port = port or free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

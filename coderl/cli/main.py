@@ -98,10 +98,21 @@ def build_parser() -> argparse.ArgumentParser:
         dest="proxy_cmd", metavar="CMD"
     )
     p = proxy.add_parser(
-        "serve", help="OpenAI / Anthropic endpoints per session that record every call in token space"
+        "serve",
+        help="OpenAI / Anthropic endpoints per session that record every call in token space "
+        "(proxy.mode=relay: served by workers that connect to /ws/worker)",
     )
     _config_args(p)
     p.set_defaults(func=_lazy("coderl.cli.proxy_cmd", "run_proxy_serve"))
+    p = proxy.add_parser(
+        "worker",
+        help="relay mode: serve the configured engine to a proxy (proxy.mode=relay) over an outgoing WebSocket",
+        description="Connect out to a relay-mode proxy's /ws/worker (relay.url, relay.token) and serve the "
+        "configured engine (embedded by default; engine.type=http for vLLM / SGLang / coderl servers) until "
+        "SIGTERM / SIGINT, reconnecting with exponential backoff and jitter when the connection drops.",
+    )
+    _config_args(p)
+    p.set_defaults(func=_lazy("coderl.cli.worker_cmd", "run_proxy_worker"))
     for name, (what, issue) in NOT_BUILT_SERVE.items():
         grp = sub.add_parser(name, help=f"{what} [not built yet: issue #{issue}]").add_subparsers(
             metavar="CMD"

@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from coderl.proxy.config import ProxyConfig
+from coderl.proxy.config import ProxyConfig, RelayWorkerConfig
 from coderl.rl.config import AlgoConfig
 from coderl.sandbox.base import SandboxSpec
 from coderl.train.config import ActorConfig
@@ -148,6 +148,7 @@ class Config(Section):
     tasks: TasksConfig = TasksConfig()
     rollout: RolloutConfig = RolloutConfig()
     proxy: ProxyConfig = ProxyConfig()
+    relay: RelayWorkerConfig = RelayWorkerConfig()
     train: TrainConfig = TrainConfig()
     algo: AlgoConfig = AlgoConfig()
     actor: ActorConfig = ActorConfig()

@@ -6,6 +6,8 @@ Routes:
   POST   /sessions/{id}/complete            admin: no more calls
   DELETE /sessions/{id}                     admin: forget the session and its record
   GET    /health                            no auth
+  WS     /ws/worker                         relay mode: inference workers connect here (worker token)
+  GET    /workers, POST /workers/update_weights    relay mode, admin: workers, counters, weight sync
   /s/{id}/v1/chat/completions | completions | models      OpenAI (session secret)
   /s/{id}/v1/messages                                     Anthropic (session secret)
 """
@@ -27,11 +29,14 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from coderl.chat import ChatFormat
 from coderl.engine.base import Engine
+from coderl.errors import ConfigError
 from coderl.proxy.anthropic_api import anthropic_router
 from coderl.proxy.auth import new_admin_token
 from coderl.proxy.config import ProxyConfig
 from coderl.proxy.errors import ApiError, dialect_of, error_response, validation_message
 from coderl.proxy.openai_api import openai_router
+from coderl.proxy.relay import RelayEngine
+from coderl.proxy.relay_api import relay_router
 from coderl.proxy.service import ProxyService
 from coderl.proxy.sessions_api import sessions_router
 from coderl.proxy.store import Store
@@ -83,7 +88,13 @@ def create_app(
     cfg: ProxyConfig, engine: Engine, chat: ChatFormat, *, model_name: str | None = None
 ) -> FastAPI:
     """The proxy app. The store opens here; the engine starts and stops with the app's lifespan,
-    which also expires idle sessions. ``app.state.admin_token`` holds the admin token in use."""
+    which also expires idle sessions. ``app.state.admin_token`` holds the admin token in use.
+    In relay mode (``cfg.mode == "relay"``) the engine is a :class:`RelayEngine` fed by /ws/worker."""
+    if (cfg.mode == "relay") != isinstance(engine, RelayEngine):
+        raise ConfigError(
+            f"proxy.mode={cfg.mode} does not fit the engine {engine.name!r}: relay mode serves a "
+            "RelayEngine(cfg), engine mode a local engine (coderl.engine.create_engine)"
+        )
     admin_token = cfg.admin_token or new_admin_token()
     store = Store(cfg.db or default_db_path(), cfg.db_synchronous).open()
     service = ProxyService(cfg, engine, chat, store, cfg.model_name or model_name or "coderl")
@@ -106,10 +117,22 @@ def create_app(
     app.include_router(sessions_router(service, admin_token))
     app.include_router(openai_router(service))
     app.include_router(anthropic_router(service))
+    if isinstance(engine, RelayEngine):
+        app.include_router(relay_router(engine, engine.worker_token, admin_token))
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
-        return {"status": "ok", "policy_version": engine.policy_version, "model": service.model}
+        # 200 also with no worker connected: a relay proxy must be reachable (and, on Kubernetes,
+        # ready) for workers to connect at all; calls wait proxy.dispatch_timeout_s for one.
+        info = {
+            "status": "ok",
+            "policy_version": engine.policy_version,
+            "model": service.model,
+            "mode": cfg.mode,
+        }
+        if isinstance(engine, RelayEngine):
+            info["workers"] = len(engine.stats()["workers"])
+        return info
 
     app.add_middleware(BodyLimit, limit=int(cfg.max_body_mb * 2**20))
     return app

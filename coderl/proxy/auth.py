@@ -1,4 +1,5 @@
-"""Secrets: the admin token for /sessions and one secret per session for its agent.
+"""Secrets: the admin token for /sessions, one secret per session for its agent, and (relay mode)
+the worker token of /ws/worker.
 
 Only a SHA-256 of each session secret is stored; comparisons are constant-time. An agent may present
 its secret as ``Authorization: Bearer <secret>`` (OpenAI SDKs) or ``x-api-key: <secret>`` (Anthropic
@@ -11,7 +12,7 @@ import hashlib
 import hmac
 import secrets
 
-from starlette.requests import Request
+from starlette.requests import HTTPConnection, Request
 
 from coderl.proxy.errors import ApiError
 
@@ -32,7 +33,7 @@ def hash_secret(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
-def presented_secret(request: Request) -> str:
+def presented_secret(request: HTTPConnection) -> str:
     """The credential a request carries: a bearer token, else x-api-key, else ''."""
     auth = request.headers.get("authorization", "")
     if auth[:7].lower() == "bearer ":
@@ -52,3 +53,9 @@ def check_admin(request: Request, admin_token: str) -> None:
     given = presented_secret(request)
     if not given or not hmac.compare_digest(given.encode(), admin_token.encode()):
         raise ApiError(401, "missing or wrong admin token (Authorization: Bearer <admin token>)")
+
+
+def worker_token_ok(connection: HTTPConnection, worker_token: str) -> bool:
+    """Whether a /ws/worker handshake carries the worker token (as a bearer token or x-api-key)."""
+    given = presented_secret(connection)
+    return bool(given) and hmac.compare_digest(given.encode(), worker_token.encode())

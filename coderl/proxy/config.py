@@ -1,11 +1,12 @@
-"""Configuration of the recording proxy (the ``proxy`` section of the root config)."""
+"""Configuration of the recording proxy (the ``proxy`` section of the root config) and of a relay-mode
+inference worker (the ``relay`` section, read by ``coderl proxy worker``)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
 class ProxyConfig(BaseModel):
@@ -35,3 +36,48 @@ class ProxyConfig(BaseModel):
     """Model name reported by /models and in responses; empty = the served checkpoint's name."""
     retry_after_s: int = Field(1, ge=0)
     """Retry-After seconds sent with 429 / 503 when the engine is overloaded or down."""
+    mode: Literal["engine", "relay"] = "engine"
+    """engine = serve the configured engine in-process; relay = no local engine: inference workers
+    (`coderl proxy worker`) connect out to /ws/worker and the proxy dispatches calls to them."""
+    worker_token: str | None = None
+    """relay: shared secret workers present as 'Authorization: Bearer <token>' on /ws/worker (required)."""
+    heartbeat_s: float = Field(5.0, gt=0)
+    """relay: seconds between the proxy's pings to each worker (workers answer each with a pong)."""
+    worker_timeout_s: float = Field(15.0, gt=0)
+    """relay: a worker silent this long is lost; its requests in flight go to other workers (> heartbeat_s)."""
+    dispatch_timeout_s: float = Field(30.0, ge=0)
+    """relay: how long a call waits for a worker to connect when none is, before 503 with Retry-After."""
+    redispatch_limit: int = Field(3, ge=0)
+    """relay: times one call may move to another worker after losing its own, before it fails with 503."""
+    max_sticky_sessions: int = Field(65536, ge=1)
+    """relay: session -> worker entries kept (LRU), so each session's calls reuse one worker's prefix cache."""
+
+
+class RelayWorkerConfig(BaseModel):
+    """``coderl proxy worker``: serve the configured engine to a relay-mode proxy over a WebSocket."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, validate_assignment=True)
+
+    url: str = "ws://127.0.0.1:8100/ws/worker"
+    """The proxy's worker endpoint, ws://HOST:PORT/ws/worker (wss:// behind TLS)."""
+    token: str | None = None
+    """The proxy's proxy.worker_token (required); sent as 'Authorization: Bearer <token>'."""
+    name: str = Field("", max_length=128, pattern=r"^[A-Za-z0-9._:@-]*$")
+    """This worker's name (letters, digits, . _ : @ -), unique among the proxy's workers; empty = <hostname>-<pid>."""
+    capacity: int = Field(16, ge=1, le=100_000)
+    """Requests this worker runs at once (more wait here); the proxy balances by in-flight / capacity."""
+    backoff_base_s: float = Field(0.5, gt=0)
+    """Reconnect backoff: the n-th retry waits uniform(0, min(backoff_cap_s, backoff_base_s * 2**n)) s."""
+    backoff_cap_s: float = Field(30.0, gt=0)
+    """Reconnect backoff: the longest wait between two connection attempts, in seconds."""
+    connect_timeout_s: float = Field(10.0, gt=0)
+    """Seconds one connection attempt (TCP, TLS, WebSocket handshake, welcome) may take."""
+    drain_timeout_s: float = Field(30.0, ge=0)
+    """On SIGTERM / SIGINT: seconds to finish requests in flight before leaving (the rest move to other workers)."""
+
+    @field_validator("url")
+    @classmethod
+    def _ws_url(cls, url: str) -> str:
+        if not url.startswith(("ws://", "wss://")):
+            raise ValueError("relay.url must start with ws:// or wss://, e.g. ws://proxy-host:8100/ws/worker")
+        return url
