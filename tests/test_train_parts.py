@@ -259,3 +259,21 @@ def test_a_rollouts_extra_sequence_shares_its_advantage_and_not_its_baseline() -
     assert torch.allclose(both.advantages[:4, :5], alone.advantages, atol=1e-6)
     assert float(both.advantages[4, 0]) == pytest.approx(float(alone.advantages[0, 0]))
     assert float(both.advantages[4, 1]) == 0.0  # its environment token
+
+
+@pytest.mark.parametrize(
+    ("overrides", "named"),
+    [
+        (["train.weight_sync=lora"], "actor.lora_rank"),  # no adapter to send
+        (["algo.advantage=gae", "actor.packing=false"], "actor.packing"),  # the value head needs packing
+    ],
+)
+async def test_trainer_refuses_settings_that_cannot_work_before_loading_anything(
+    tmp_path: Path, overrides: list[str], named: str
+) -> None:
+    from coderl.config import load_config
+    from coderl.errors import ConfigError
+    from coderl.train.loop import Trainer
+
+    with pytest.raises(ConfigError, match=named):
+        await Trainer(load_config(overrides=overrides), tmp_path).setup()

@@ -130,17 +130,18 @@ class Router(Engine):
         raise EngineUnavailableError(f"no replica could serve the request; last error: {last_error}")
 
     async def update_weights(self, weights: Mapping[str, torch.Tensor] | str | Path) -> int:
-        live = [r for r, ok in zip(self.replicas, self._alive, strict=True) if ok]
-        versions = await asyncio.gather(*(r.update_weights(weights) for r in live))
+        versions = await asyncio.gather(*(r.update_weights(weights) for r in self._live()))
         return min(versions)
 
     async def load_lora_adapter(self, path: str | Path) -> int:
-        live = [r for r, ok in zip(self.replicas, self._alive, strict=True) if ok]
-        return min(await asyncio.gather(*(r.load_lora_adapter(path) for r in live)))
+        return min(await asyncio.gather(*(r.load_lora_adapter(path) for r in self._live())))
 
     async def unload_lora_adapter(self) -> int:
-        live = [r for r, ok in zip(self.replicas, self._alive, strict=True) if ok]
-        return min(await asyncio.gather(*(r.unload_lora_adapter() for r in live)))
+        return min(await asyncio.gather(*(r.unload_lora_adapter() for r in self._live())))
+
+    def _live(self) -> list[Engine]:
+        """The replicas not taken out."""
+        return [r for r, ok in zip(self.replicas, self._alive, strict=True) if ok]
 
     def _take_out(self, idx: int, exc: Exception) -> None:
         if self._alive[idx]:
