@@ -104,3 +104,16 @@ class Trajectory:
     def sequences(self) -> list[Trajectory]:
         """This trajectory and its parts: every token sequence of the rollout."""
         return [self, *self.parts]
+
+    def label(
+        self, *, group_id: str | None = None, reward: float | None = None, version_offset: int = 0
+    ) -> None:
+        """Set what every sequence of this rollout shares: its group (``group_id``), its graded
+        ``reward``, and a shift of the policy versions (engine counter -> the run's). The one way these
+        are written once a loop has returned, so a part can never be left in a group of its own."""
+        for seq in self.sequences():
+            if group_id is not None:
+                seq.group_id = group_id
+            if reward is not None:
+                seq.reward = reward
+            seq.policy_version += version_offset

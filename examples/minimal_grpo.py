@@ -17,11 +17,12 @@ import asyncio
 import torch
 
 from coderl.agents import get_loop
+from coderl.agents.baseline import BaselineCache
 from coderl.chat import ChatFormat
 from coderl.checkpoint import load_tokenizer, resolve_checkpoint
-from coderl.cli.eval_cmd import context_factory
 from coderl.config import Config
 from coderl.engine import create_engine
+from coderl.rollout.context import ContextFactory
 from coderl.tasks import grade, load_tasks
 from coderl.train.actor import Actor
 from coderl.train.config import ActorConfig
@@ -68,12 +69,13 @@ async def main(steps: int, group_size: int, task_id: str) -> None:
     actor = Actor(ActorConfig(lr=1e-5, device="cpu"))
     actor.setup()
     chat = ChatFormat(load_tokenizer(resolve_checkpoint()))
-    make_ctx = context_factory(cfg, chat)
+    contexts = ContextFactory(cfg.rollout, cfg.sandbox, chat)  # engine, sampling, limits, sandboxes
+    baselines = BaselineCache()  # each task snapshot with its starting state committed to git, once
     try:
         for step in range(1, steps + 1):
             # 2. Rollout: G samples of the same task, each a token-exact multi-turn trajectory.
             trajs: list[Trajectory] = await asyncio.gather(
-                *(get_loop("swe").run(task, make_ctx(engine, f"{task.id}#{step}")) for _ in range(group_size))
+                *(get_loop("swe").run(task, contexts(engine, f"{task.id}#{step}", baselines)) for _ in range(group_size))
             )
             # 3. Reward: the task's hidden tests decide; plus the format bonus.
             rewards = []
@@ -93,6 +95,7 @@ async def main(steps: int, group_size: int, task_id: str) -> None:
                 f"|rollout - trainer logprob| {stats['mismatch']:.1e}"
             )
     finally:
+        baselines.close()
         await engine.stop()
 
 

@@ -1,10 +1,9 @@
-"""A scripted engine and app helpers for the proxy's fast tests (no model, answers at once)."""
+"""App helpers for the proxy's fast tests over the shared scripted engine (no model, answers at once)."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -12,67 +11,17 @@ import httpx
 
 from coderl.chat import ChatFormat
 from coderl.engine.base import Engine
-from coderl.engine.params import SamplingParams
+from coderl.engine.scripted import ScriptedEngine
 from coderl.proxy.app import create_app
 from coderl.proxy.config import ProxyConfig
-from coderl.types import Completion
 
 ADMIN = "adm-test-token"
 
 
-class FakeEngine(Engine):
-    """Answers the n-th call (over all sessions) with ``replies[n]``: text (encoded, then <|im_end|>),
-    a list of ids (as given) or an exception (raised). Logprobs are -0.01 * (position + 1)."""
-
-    name = "fake"
-
-    def __init__(self, tokenizer: Any, replies: list[Any] | None = None, latency_s: float = 0.0) -> None:
-        self.tokenizer = tokenizer
-        self.latency_s = latency_s
-        self.replies: list[Any] = list(replies or [])
-        self.prompts: list[list[int]] = []
-        self.params: list[SamplingParams] = []
-        self.end_id = int(tokenizer.convert_tokens_to_ids("<|im_end|>"))
-        self.version = 0
-
-    async def start(self) -> None:
-        return None
-
-    async def stop(self) -> None:
-        return None
-
-    @property
-    def policy_version(self) -> int:
-        return self.version
-
-    def stats(self) -> dict[str, Any]:
-        return {"requests": len(self.prompts)}
-
-    async def update_weights(self, weights: Mapping[str, Any] | str | Path) -> int:
-        self.version += 1
-        return self.version
-
-    async def generate(
-        self, prompt_ids: list[int], params: SamplingParams, session_id: str | None = None
-    ) -> Completion:
-        n = len(self.prompts)
-        self.prompts.append(list(prompt_ids))
-        self.params.append(params)
-        reply = self.replies[n] if n < len(self.replies) else "ok"
-        if self.latency_s:
-            await asyncio.sleep(self.latency_s)
-        if isinstance(reply, BaseException):
-            raise reply
-        if isinstance(reply, str):
-            ids = [*self.tokenizer.encode(reply, add_special_tokens=False), self.end_id]
-        else:
-            ids = list(reply)
-        finish = "stop" if ids and ids[-1] == self.end_id else "length"
-        ids = ids[: params.max_tokens]
-        if len(ids) == params.max_tokens and ids[-1] != self.end_id:
-            finish = "length"
-        logprobs = [-0.01 * (i + 1) for i in range(len(ids))]
-        return Completion(ids, logprobs, finish, self.version, prompt_tokens=len(prompt_ids))
+def scripted(tokenizer: Any, replies: list[Any] | None = None, latency_s: float = 0.0) -> ScriptedEngine:
+    """The shared scripted engine as the proxy tests use it: the n-th call (over all sessions) gets
+    ``replies[n]``, then "ok"."""
+    return ScriptedEngine(replies or [], tokenizer, latency_s, default="ok", name="fake")
 
 
 @contextlib.asynccontextmanager

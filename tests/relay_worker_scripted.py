@@ -3,7 +3,7 @@
     python -m tests.relay_worker_scripted URL TOKEN NAME [--latency S] [--capacity N] [--backoff-base S] [--backoff-cap S]
 
 It runs the same worker code as ``coderl proxy worker`` (:func:`coderl.proxy.relay_worker.serve_worker`)
-over :class:`coderl.bench.scripted.ScriptedEngine`, which answers every call with "served by NAME"
+over :class:`coderl.engine.scripted.ScriptedEngine`, which answers every call with "served by NAME"
 after a fixed latency: the tests read from each completion which worker served it.
 """
 
@@ -16,8 +16,8 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
-from coderl.bench.scripted import ScriptedEngine
 from coderl.checkpoint import DEFAULT_MODEL_NAME, resolve_checkpoint
+from coderl.engine.scripted import ScriptedEngine
 from coderl.proxy.config import RelayWorkerConfig
 from coderl.proxy.relay_worker import serve_worker
 
@@ -56,7 +56,7 @@ def main() -> None:
         backoff_cap_s=args.backoff_cap,
         drain_timeout_s=5.0,
     )
-    engine = ScriptedEngine(FastTokenizer(resolve_checkpoint()), [f"served by {args.name}"], args.latency)
+    engine = ScriptedEngine([f"served by {args.name}"], FastTokenizer(resolve_checkpoint()), args.latency, per_session=True)
     asyncio.run(serve_worker(engine, cfg, model=DEFAULT_MODEL_NAME))
 
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -14,42 +14,18 @@ from coderl.agents import AgentContext, AgentLimits, get_loop
 from coderl.chat import ChatFormat
 from coderl.engine.base import Engine
 from coderl.engine.params import SamplingParams
+from coderl.engine.scripted import ScriptedEngine, scripted_logprobs
 from coderl.errors import AgentError
 from coderl.sandbox import SandboxSpec, create_sandbox
 from coderl.tasks import grade, load_tasks
-from coderl.types import Completion, Task
+from coderl.types import Task
 from tests.test_tasks import make_native
 
 
-class ScriptedChatEngine(Engine):
-    """Answers each call with the next scripted text, as real token ids; records every prompt."""
-
-    def __init__(self, tokenizer: Any, replies: list[str]) -> None:
-        self.tok = tokenizer
-        self.replies = list(replies)
-        self.prompts: list[list[int]] = []
-        self.end = tokenizer.convert_tokens_to_ids("<|im_end|>")
-
-    async def start(self) -> None: ...
-    async def stop(self) -> None: ...
-
-    @property
-    def policy_version(self) -> int:
-        return 3
-
-    def stats(self) -> dict[str, Any]:
-        return {}
-
-    async def update_weights(self, weights: Mapping[str, Any] | str | Path) -> int:
-        return 3
-
-    async def generate(
-        self, prompt_ids: list[int], params: SamplingParams, session_id: str | None = None
-    ) -> Completion:
-        self.prompts.append(list(prompt_ids))
-        text = self.replies.pop(0) if self.replies else "I am done."
-        ids = [*self.tok.encode(text, add_special_tokens=False), self.end][: params.max_tokens]
-        return Completion(ids, [-0.25] * len(ids), "stop", 3)
+def ScriptedChatEngine(tokenizer: Any, replies: list[Any]) -> ScriptedEngine:
+    """The shared scripted engine answering each call with the next scripted text as real token ids
+    (then "I am done."), at policy version 3."""
+    return ScriptedEngine(replies, tokenizer, default="I am done.", version=3)
 
 
 def call(name: str, **args: Any) -> str:
@@ -75,14 +51,18 @@ def ctx_for(engine: Engine, tokenizer: Any, **limits: int) -> AgentContext:
     )
 
 
-def assert_token_exact(traj: Any, engine: ScriptedChatEngine) -> None:
+def assert_token_exact(traj: Any, engine: ScriptedEngine) -> None:
     """Every engine call saw exactly prompt_ids + response_ids so far; model tokens have mask 1."""
     assert len(traj.response_ids) == len(traj.response_mask) == len(traj.logprobs)
     for prompt in engine.prompts:
         assert prompt == (traj.prompt_ids + traj.response_ids)[: len(prompt)]
-    ones = [lp for lp, m in zip(traj.logprobs, traj.response_mask, strict=True) if m == 1]
-    zeros = [lp for lp, m in zip(traj.logprobs, traj.response_mask, strict=True) if m == 0]
-    assert all(lp == -0.25 for lp in ones) and all(lp == 0.0 for lp in zeros)
+    runs = [
+        list(g)
+        for m, g in itertools.groupby(zip(traj.logprobs, traj.response_mask, strict=True), key=lambda x: x[1])
+    ]
+    for run in runs:  # each model turn carries the engine's logprobs, each environment insert zeros
+        logprobs = [lp for lp, _ in run]
+        assert logprobs == (scripted_logprobs(len(run)) if run[0][1] == 1 else [0.0] * len(run))
 
 
 async def test_swe_loop_fixes_the_bug_token_exactly(task: Task, tokenizer: Any) -> None:
@@ -163,13 +143,8 @@ async def test_single_turn_and_registry(task: Task, tokenizer: Any) -> None:
 
 
 async def test_engine_failure_is_recorded_not_raised(task: Task, tokenizer: Any) -> None:
-    class Broken(ScriptedChatEngine):
-        async def generate(
-            self, prompt_ids: list[int], params: SamplingParams, session_id: str | None = None
-        ) -> Completion:
-            raise ConnectionError("engine went away")
-
-    traj = await get_loop("swe").run(task, ctx_for(Broken(tokenizer, []), tokenizer))
+    broken = ScriptedEngine([ConnectionError("engine went away")], tokenizer)
+    traj = await get_loop("swe").run(task, ctx_for(broken, tokenizer))
     assert traj.exit_status == "error" and "engine went away" in (traj.error or "")
 
 

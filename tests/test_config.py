@@ -115,3 +115,50 @@ def test_every_field_is_documented() -> None:
                 assert field.description, f"{prefix}{name} has no docstring"
 
     walk(Config, "")
+
+
+@pytest.mark.parametrize(
+    ("overrides", "named"),
+    [
+        (["train.group_size=1"], "train.group_size"),  # GRPO compares a task's samples with each other
+        (["train.group_size=1", "algo.advantage=reinforce_pp", "algo.dynamic_sampling=true"], "algo.dynamic_sampling"),
+        (["algo.advantage=gae", "actor.packing=false"], "actor.packing"),  # the value head reads the packed forward
+        (["train.weight_sync=lora"], "actor.lora_rank"),  # no adapter to send
+        (["algo.kl_coef=0.1"], "actor.reference"),  # a KL penalty needs a reference policy
+        (["rollout.pass_k=[1,4]"], "rollout.group_size"),  # pass@4 needs 4 samples per task
+        (["rollout.agent=remote"], "rollout.remote_command"),  # the remote loop runs an agent program
+    ],
+)
+def test_rules_across_sections_fail_every_command_before_any_work(overrides: list[str], named: str) -> None:
+    with pytest.raises(ConfigError, match=named) as caught:
+        load_config(overrides=overrides)
+    assert "\n  " in str(caught.value) and "Value error" not in str(caught.value)
+    fixed = {
+        "train.group_size": ["train.group_size=2"],
+        "algo.dynamic_sampling": ["algo.dynamic_sampling=false"],
+        "actor.packing": ["actor.packing=true"],
+        "actor.lora_rank": ["actor.lora_rank=4"],
+        "actor.reference": ["actor.reference=true"],
+        "rollout.group_size": ["rollout.group_size=4"],
+        "rollout.remote_command": ["rollout.remote_command=mini --yolo"],
+    }[named]
+    load_config(overrides=[*overrides, *fixed])  # the way out the message names works
+
+
+def test_every_broken_rule_is_reported_at_once() -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_config(overrides=["train.group_size=1", "algo.kl_coef=0.5", "rollout.pass_k=[2]"])
+    text = str(caught.value)
+    assert "train.group_size" in text and "actor.reference" in text and "rollout.pass_k" in text
+
+
+def test_each_section_is_owned_by_its_package() -> None:
+    import coderl.config.models as assembled
+
+    owners = {name: field.annotation.__module__ for name, field in Config.model_fields.items()}  # type: ignore[union-attr]
+    assert owners == {
+        "run": assembled.__name__, "server": assembled.__name__, "model": "coderl.engine.config",
+        "engine": "coderl.engine.config", "sandbox": "coderl.sandbox.config", "tasks": "coderl.tasks.config",
+        "rollout": "coderl.rollout.config", "proxy": "coderl.proxy.config", "relay": "coderl.proxy.config",
+        "train": "coderl.train.config", "algo": "coderl.rl.config", "actor": "coderl.train.config",
+    }  # fmt: skip

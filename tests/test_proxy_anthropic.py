@@ -9,7 +9,7 @@ import anthropic
 import pytest
 
 from coderl.chat import ChatFormat
-from tests.proxy_fakes import FakeEngine, new_session, proxy_client, record, sdk_http_client
+from tests.proxy_fakes import new_session, proxy_client, record, scripted, sdk_http_client
 
 TOOLS = [
     {
@@ -27,7 +27,7 @@ def chat(tokenizer: Any) -> ChatFormat:
 
 
 async def test_tool_use_round_trip_streams_and_merges(chat: ChatFormat, tmp_path: Path) -> None:
-    engine = FakeEngine(chat.tokenizer, [CALL_TEXT, "There are two files.", "Bye END now"])
+    engine = scripted(chat.tokenizer, [CALL_TEXT, "There are two files.", "Bye END now"])
     async with proxy_client(chat, engine, tmp_path / "p.db") as (client, app):
         s = await new_session(client)
         sdk = anthropic.AsyncAnthropic(
@@ -101,7 +101,7 @@ async def test_tool_use_round_trip_streams_and_merges(chat: ChatFormat, tmp_path
 
 
 async def test_count_tokens_and_errors(chat: ChatFormat, tmp_path: Path) -> None:
-    async with proxy_client(chat, FakeEngine(chat.tokenizer), tmp_path / "p.db") as (client, app):
+    async with proxy_client(chat, scripted(chat.tokenizer), tmp_path / "p.db") as (client, app):
         s = await new_session(client)
         sdk = anthropic.AsyncAnthropic(
             base_url=s["anthropic_base_url"],

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from coderl.chat import ChatFormat
 from coderl.proxy.app import create_app
 from coderl.proxy.config import ProxyConfig
-from tests.proxy_fakes import ADMIN, FakeEngine
+from tests.proxy_fakes import ADMIN, scripted
 
 JSON = st.recursive(
     st.none()
@@ -66,7 +66,7 @@ def chat(tokenizer: Any) -> ChatFormat:
 
 def test_no_5xx_for_any_body_on_any_endpoint(chat: ChatFormat, tmp_path: Path) -> None:
     cfg = ProxyConfig(db=tmp_path / "fuzz.db", admin_token=ADMIN, max_body_mb=0.05)
-    app = create_app(cfg, FakeEngine(chat.tokenizer), chat, model_name="m")
+    app = create_app(cfg, scripted(chat.tokenizer), chat, model_name="m")
     operations = [
         (method.upper(), path)
         for path, ops in app.openapi()["paths"].items()

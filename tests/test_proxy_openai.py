@@ -11,7 +11,7 @@ import openai
 import pytest
 
 from coderl.chat import ChatFormat
-from tests.proxy_fakes import FakeEngine, new_session, proxy_client, record, sdk_http_client
+from tests.proxy_fakes import new_session, proxy_client, record, scripted, sdk_http_client
 
 TOOLS = [
     {
@@ -40,7 +40,7 @@ def url(session: dict[str, Any], path: str) -> str:
 
 
 async def test_chat_completion_is_recorded_with_ids(chat: ChatFormat, tmp_path: Path) -> None:
-    engine = FakeEngine(chat.tokenizer, ["Hello there."])
+    engine = scripted(chat.tokenizer, ["Hello there."])
     async with proxy_client(chat, engine, tmp_path / "p.db") as (client, _):
         s = await new_session(client, task_id="t1")
         assert s["openai_base_url"].endswith(f"/s/{s['id']}/v1")
@@ -59,9 +59,9 @@ async def test_chat_completion_is_recorded_with_ids(chat: ChatFormat, tmp_path: 
         assert out["choices"][0]["finish_reason"] == "stop"
         assert engine.prompts[0] == chat.render(messages)
         assert (
-            engine.params[0].max_tokens == 20
-            and engine.params[0].temperature == 0
-            and engine.params[0].seed == 3
+            engine.calls[0].params.max_tokens == 20
+            and engine.calls[0].params.temperature == 0
+            and engine.calls[0].params.seed == 3
         )
         rec = await record(client, s["id"])
         (call,) = rec["calls"]
@@ -80,7 +80,7 @@ async def test_multi_turn_with_tools_merges_into_one_trajectory(chat: ChatFormat
     odd = [chat.tokenizer.convert_tokens_to_ids(c) for c in "done"] + [
         chat.tokenizer.convert_tokens_to_ids("<|im_end|>")
     ]
-    engine = FakeEngine(chat.tokenizer, [CALL_TEXT, odd, "bye"])
+    engine = scripted(chat.tokenizer, [CALL_TEXT, odd, "bye"])
     async with proxy_client(chat, engine, tmp_path / "p.db") as (client, _):
         s = await new_session(client)
         msgs: list[dict[str, Any]] = [
@@ -132,7 +132,7 @@ async def test_multi_turn_with_tools_merges_into_one_trajectory(chat: ChatFormat
 
 async def test_malformed_tool_call_is_returned_as_content(chat: ChatFormat, tmp_path: Path) -> None:
     bad = '<tool_call>\n{"name": "bash", "arguments": {"cmd": \n</tool_call>'
-    engine = FakeEngine(chat.tokenizer, [bad])
+    engine = scripted(chat.tokenizer, [bad])
     async with proxy_client(chat, engine, tmp_path / "p.db") as (client, _):
         s = await new_session(client)
         body = {"messages": [{"role": "user", "content": "x"}], "tools": TOOLS}
@@ -144,7 +144,7 @@ async def test_malformed_tool_call_is_returned_as_content(chat: ChatFormat, tmp_
 
 
 async def test_retries_are_answered_from_the_record(chat: ChatFormat, tmp_path: Path) -> None:
-    engine = FakeEngine(chat.tokenizer, ["one", "two", "three"])
+    engine = scripted(chat.tokenizer, ["one", "two", "three"])
     async with proxy_client(chat, engine, tmp_path / "p.db") as (client, _):
         s = await new_session(client)
         body = {"messages": [{"role": "user", "content": "x"}], "temperature": 1.0}
@@ -167,7 +167,7 @@ async def test_retries_are_answered_from_the_record(chat: ChatFormat, tmp_path: 
 async def test_a_retry_while_the_first_attempt_runs_shares_its_answer(
     chat: ChatFormat, tmp_path: Path
 ) -> None:
-    engine = FakeEngine(chat.tokenizer, ["slow answer", "other"], latency_s=0.2)
+    engine = scripted(chat.tokenizer, ["slow answer", "other"], latency_s=0.2)
     async with proxy_client(chat, engine, tmp_path / "p.db") as (client, _):
         s = await new_session(client)
         body = {"messages": [{"role": "user", "content": "x"}]}
@@ -180,7 +180,7 @@ async def test_a_retry_while_the_first_attempt_runs_shares_its_answer(
 
 
 async def test_streaming_through_the_openai_sdk(chat: ChatFormat, tmp_path: Path) -> None:
-    engine = FakeEngine(chat.tokenizer, ["Let me look. " + CALL_TEXT, "plain answer " * 10])
+    engine = scripted(chat.tokenizer, ["Let me look. " + CALL_TEXT, "plain answer " * 10])
     async with proxy_client(chat, engine, tmp_path / "p.db") as (client, app):
         s = await new_session(client)
         sdk = openai.AsyncOpenAI(
@@ -224,7 +224,7 @@ async def test_streaming_through_the_openai_sdk(chat: ChatFormat, tmp_path: Path
 
 
 async def test_stop_strings_cut_the_completion_and_its_ids(chat: ChatFormat, tmp_path: Path) -> None:
-    engine = FakeEngine(chat.tokenizer, ["alpha beta END gamma"])
+    engine = scripted(chat.tokenizer, ["alpha beta END gamma"])
     async with proxy_client(chat, engine, tmp_path / "p.db") as (client, _):
         s = await new_session(client)
         body = {"messages": [{"role": "user", "content": "x"}], "stop": ["END"]}
@@ -236,7 +236,7 @@ async def test_stop_strings_cut_the_completion_and_its_ids(chat: ChatFormat, tmp
 
 
 async def test_completions_api_reuses_sampled_ids_for_its_own_text(chat: ChatFormat, tmp_path: Path) -> None:
-    engine = FakeEngine(chat.tokenizer, ["world", "again"])
+    engine = scripted(chat.tokenizer, ["world", "again"])
     async with proxy_client(chat, engine, tmp_path / "p.db") as (client, _):
         s = await new_session(client)
         r1 = await client.post(

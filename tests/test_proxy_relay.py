@@ -42,7 +42,7 @@ from coderl.proxy.relay_protocol import (
 )
 from coderl.proxy.relay_worker import RelayAuthError, RelayWorker
 from tests.conftest import hf_logprobs
-from tests.proxy_fakes import FakeEngine
+from tests.proxy_fakes import scripted
 from tests.servers import free_port, serve, wait_healthy
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -301,7 +301,7 @@ async def test_worker_token_and_hello_are_checked(tokenizer: Any, tmp_path: Path
 async def test_a_worker_with_a_wrong_token_stops_with_a_clear_error(tokenizer: Any, tmp_path: Path) -> None:
     with relay_proxy(tokenizer, tmp_path / "p.db") as base:
         url = base.replace("http", "ws") + "/ws/worker"
-        worker = RelayWorker(FakeEngine(tokenizer), RelayWorkerConfig(url=url, token="not-the-token"))
+        worker = RelayWorker(scripted(tokenizer), RelayWorkerConfig(url=url, token="not-the-token"))
         with pytest.raises(RelayAuthError, match=r"relay\.token must equal the proxy's proxy\.worker_token"):
             await asyncio.wait_for(worker.run(), 30)  # no retry: retrying cannot fix a wrong token
         assert worker.connections == 0 and workers(base)["workers"] == []

@@ -10,7 +10,7 @@ import pytest
 
 from coderl.chat import ChatFormat
 from coderl.errors import EngineError, EngineOverloadedError, EngineUnavailableError
-from tests.proxy_fakes import ADMIN, FakeEngine, new_session, proxy_client, record
+from tests.proxy_fakes import ADMIN, new_session, proxy_client, record, scripted
 
 ADMIN_H = {"Authorization": f"Bearer {ADMIN}"}
 MSG = {"messages": [{"role": "user", "content": "hi"}]}
@@ -35,7 +35,7 @@ def anthropic_error(r: Any, status: int, kind: str) -> None:
 
 
 async def test_secrets_isolate_sessions(chat: ChatFormat, tmp_path: Path) -> None:
-    async with proxy_client(chat, FakeEngine(chat.tokenizer), tmp_path / "p.db") as (client, _):
+    async with proxy_client(chat, scripted(chat.tokenizer), tmp_path / "p.db") as (client, _):
         assert (await client.post("/sessions")).status_code == 401
         assert (await client.post("/sessions", headers={"Authorization": "Bearer nope"})).status_code == 401
         a, b = await new_session(client), await new_session(client)
@@ -57,7 +57,7 @@ async def test_secrets_isolate_sessions(chat: ChatFormat, tmp_path: Path) -> Non
 
 
 async def test_complete_delete_and_idle_expiry(chat: ChatFormat, tmp_path: Path) -> None:
-    async with proxy_client(chat, FakeEngine(chat.tokenizer), tmp_path / "p.db", session_ttl_s=0.3) as (
+    async with proxy_client(chat, scripted(chat.tokenizer), tmp_path / "p.db", session_ttl_s=0.3) as (
         client,
         _,
     ):
@@ -83,7 +83,7 @@ async def test_complete_delete_and_idle_expiry(chat: ChatFormat, tmp_path: Path)
 
 
 async def test_bad_input_gets_4xx_in_openai_format(chat: ChatFormat, tmp_path: Path) -> None:
-    async with proxy_client(chat, FakeEngine(chat.tokenizer), tmp_path / "p.db", max_body_mb=0.01) as (
+    async with proxy_client(chat, scripted(chat.tokenizer), tmp_path / "p.db", max_body_mb=0.01) as (
         client,
         _,
     ):
@@ -122,7 +122,7 @@ async def test_bad_input_gets_4xx_in_openai_format(chat: ChatFormat, tmp_path: P
 
 
 async def test_bad_input_gets_4xx_in_anthropic_format(chat: ChatFormat, tmp_path: Path) -> None:
-    async with proxy_client(chat, FakeEngine(chat.tokenizer), tmp_path / "p.db", max_body_mb=0.01) as (
+    async with proxy_client(chat, scripted(chat.tokenizer), tmp_path / "p.db", max_body_mb=0.01) as (
         client,
         _,
     ):
@@ -156,7 +156,7 @@ async def test_bad_input_gets_4xx_in_anthropic_format(chat: ChatFormat, tmp_path
 async def test_engine_failures_keep_their_status(
     chat: ChatFormat, tmp_path: Path, exc: Exception, status: int
 ) -> None:
-    engine = FakeEngine(chat.tokenizer, [exc, "fine"])
+    engine = scripted(chat.tokenizer, [exc, "fine"])
     async with proxy_client(chat, engine, tmp_path / "p.db", retry_after_s=2) as (client, _):
         s = await new_session(client)
         r = await client.post(

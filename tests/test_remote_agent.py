@@ -84,8 +84,8 @@ async def test_mini_swe_agent_runs_as_a_black_box(
 ) -> None:
     import shutil
 
-    from coderl.cli.train_cmd import packaged_config
     from coderl.config import load_config
+    from coderl.config.packaged import packaged_config
 
     if shutil.which("mini", path=str(Path(sys.executable).parent)) is None:
         pytest.skip(

@@ -479,3 +479,32 @@ def test_compute_loss_adds_the_weighted_value_loss() -> None:
     assert stats["value_loss"] == pytest.approx(0.5)
     with pytest.raises(ValueError, match="old_values and returns"):
         compute_loss(logp, logp, adv, mask, cfg, values=values)
+
+
+@pytest.mark.parametrize("cap", [2.0, 3.4, 5.5, 7.0, 9.1])
+def test_tis_capped_fraction_counts_every_capped_token(cap: float) -> None:
+    # exp(log(cap)) lands just below cap in float32 for some caps (7.0 -> 6.9999995): a token whose
+    # weight was capped must still count as capped. Token 0 is over the cap, token 1 is not.
+    old = torch.tensor([[math.log(cap) + 1.0, 0.0]])
+    rollout = torch.zeros(1, 2)
+    mask = torch.ones(1, 2)
+    cfg = AlgoConfig(tis_cap=cap)
+    logp = old.clone().requires_grad_()
+    _, metrics = compute_loss(logp, old, torch.ones(1, 2), mask, cfg, rollout_logp=rollout)
+    assert metrics["tis_capped_fraction"] == pytest.approx(0.5)
+
+
+def test_k3_is_bounded_and_a_far_token_cannot_blow_up_the_gradient() -> None:
+    # log r = ref - logp. At 0.5 the estimate is exact (r - 1 - log r) with gradient d/dlogp = 1 - r;
+    # at 15 it would be e^15 ~ 3.3e6 with a gradient as large: bounded to 10, with no gradient.
+    from coderl.rl.kl import K3_BOUND
+
+    logp = torch.zeros(2, requires_grad=True)
+    ref = torch.tensor([0.5, 15.0])
+    kl = kl_penalty(logp, ref, "k3")
+    kl.sum().backward()
+    r = math.exp(0.5)
+    _close(kl.detach(), [r - 1 - 0.5, K3_BOUND])
+    assert logp.grad is not None
+    _close(logp.grad, [1 - r, 0.0])
+    assert K3_BOUND == 10.0

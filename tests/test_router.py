@@ -8,14 +8,14 @@ import pytest
 
 from coderl.engine import SamplingParams
 from coderl.engine.router import Router
+from coderl.engine.scripted import ScriptedEngine
 from coderl.errors import EngineUnavailableError
-from tests.fakes import ScriptedEngine
 
 P = SamplingParams(max_tokens=2)
 
 
 async def test_new_requests_go_to_least_in_flight() -> None:
-    reps = [ScriptedEngine("a", 0.2), ScriptedEngine("b", 0.2), ScriptedEngine("c", 0.2)]
+    reps = [ScriptedEngine(name="a", latency_s=0.2), ScriptedEngine(name="b", latency_s=0.2), ScriptedEngine(name="c", latency_s=0.2)]
     router = Router(reps)
     await router.start()
     results = await asyncio.gather(*(router.generate([1, 2], P) for _ in range(6)))
@@ -25,7 +25,7 @@ async def test_new_requests_go_to_least_in_flight() -> None:
 
 
 async def test_sessions_stick_to_their_replica() -> None:
-    reps = [ScriptedEngine("a", 0.01), ScriptedEngine("b", 0.01)]
+    reps = [ScriptedEngine(name="a", latency_s=0.01), ScriptedEngine(name="b", latency_s=0.01)]
     router = Router(reps)
     first = {s: (await router.generate([1], P, session_id=s)).replica for s in ("s1", "s2", "s3", "s4")}
     for _ in range(3):
@@ -35,7 +35,7 @@ async def test_sessions_stick_to_their_replica() -> None:
 
 
 async def test_sticky_entries_are_lru_bounded() -> None:
-    router = Router([ScriptedEngine("a"), ScriptedEngine("b")], max_sessions=2)
+    router = Router([ScriptedEngine(name="a"), ScriptedEngine(name="b")], max_sessions=2)
     for s in ("x", "y", "z"):
         await router.generate([1], P, session_id=s)
     assert router.stats()["sessions"] == 2
@@ -43,7 +43,7 @@ async def test_sticky_entries_are_lru_bounded() -> None:
 
 
 async def test_dead_replica_is_taken_out_and_sessions_move() -> None:
-    a, b = ScriptedEngine("a"), ScriptedEngine("b")
+    a, b = ScriptedEngine(name="a"), ScriptedEngine(name="b")
     router = Router([a, b], probe_interval_s=0.05)
     await router.start()
     on_a = [
@@ -67,7 +67,7 @@ async def test_dead_replica_is_taken_out_and_sessions_move() -> None:
 
 
 async def test_all_dead_raises_unavailable() -> None:
-    a = ScriptedEngine("a")
+    a = ScriptedEngine(name="a")
     a.dead = True
     router = Router([a])
     with pytest.raises(EngineUnavailableError):
@@ -75,7 +75,7 @@ async def test_all_dead_raises_unavailable() -> None:
 
 
 async def test_update_weights_reaches_every_live_replica() -> None:
-    reps = [ScriptedEngine("a"), ScriptedEngine("b")]
+    reps = [ScriptedEngine(name="a"), ScriptedEngine(name="b")]
     router = Router(reps)
     assert await router.update_weights("/ckpt") == 1
     assert [r.policy_version for r in reps] == [1, 1] and router.policy_version == 1

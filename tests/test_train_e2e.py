@@ -71,7 +71,8 @@ def test_train_with_gae_killed_and_resumed_loses_nothing(tmp_path: Path) -> None
         if row["trained_samples"]:
             assert row["logprob_mismatch"] < 1e-3  # rollout vs trainer, fp32 on CPU
             assert "value_loss" in row and "value_mean" in row
-    assert {"rollout", "grade", "values", "update", "sync", "save"} <= set(rows[-1]["stage_s"])
+    assert {"rollout", "check", "values", "advantages", "update", "sync", "save"} <= set(rows[-1]["stage_s"])
+    assert all(r["grade_s_total"] > 0 for r in rows)  # every rollout graded (inside the rollout stage)
     assert (run / "report.html").is_file() and "<svg" in (run / "report.html").read_text()
     found = checkpoints.latest(run)
     assert found is not None and found[1]["step"] == 3

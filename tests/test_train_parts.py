@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from coderl.engine.params import SamplingParams
+from coderl.engine.scripted import ScriptedEngine
 from coderl.rl import AlgoConfig
 from coderl.train import checkpoints
 from coderl.train.batch import BatchLoss, build_batch
@@ -16,7 +17,6 @@ from coderl.train.ledger import SampledLedger
 from coderl.train.loggers import flatten
 from coderl.train.report import write_report
 from coderl.types import Trajectory
-from tests.fakes import ScriptedEngine
 
 # ---------------------------------------------------------------- ledger
 
@@ -37,13 +37,13 @@ async def _two_turn(ledger: SampledLedger, prompt: list[int]) -> Trajectory:
 
 
 async def test_ledger_accepts_exactly_what_was_sampled() -> None:
-    ledger = SampledLedger(ScriptedEngine("e"))
+    ledger = SampledLedger(ScriptedEngine(name="e"))
     traj = await _two_turn(ledger, [1, 2, 3])
     assert ledger.verify(traj) is None
 
 
 async def test_ledger_rejects_a_changed_model_token() -> None:
-    ledger = SampledLedger(ScriptedEngine("e"))
+    ledger = SampledLedger(ScriptedEngine(name="e"))
     traj = await _two_turn(ledger, [1, 2, 3])
     traj.response_ids[-1] += 1  # a retokenised or edited model token
     problem = ledger.verify(traj)
@@ -51,7 +51,7 @@ async def test_ledger_rejects_a_changed_model_token() -> None:
 
 
 async def test_ledger_rejects_a_changed_context() -> None:
-    ledger = SampledLedger(ScriptedEngine("e"))
+    ledger = SampledLedger(ScriptedEngine(name="e"))
     traj = await _two_turn(ledger, [1, 2, 3])
     traj.response_ids[3] = 8  # the environment tokens differ from what the engine was sent
     assert ledger.verify(traj) is not None
@@ -61,7 +61,7 @@ async def test_ledger_rejects_a_changed_context() -> None:
 
 
 async def test_ledger_rejects_ragged_lengths_and_forgets_on_clear() -> None:
-    ledger = SampledLedger(ScriptedEngine("e"))
+    ledger = SampledLedger(ScriptedEngine(name="e"))
     traj = await _two_turn(ledger, [1, 2, 3])
     traj.logprobs.pop()
     assert "lengths differ" in (ledger.verify(traj) or "")
@@ -111,7 +111,7 @@ def _logprobs(batch_size: int, seed: int = 0) -> list[torch.Tensor]:
     return [(-torch.rand(n, generator=gen) - 0.1).requires_grad_() for n in lengths]
 
 
-@pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean"])
+@pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"])
 def test_micro_batches_give_the_full_batch_gradient(agg: str) -> None:
     algo = AlgoConfig(advantage="grpo", loss_agg=agg)  # type: ignore[arg-type]
     batch = build_batch(_trajs(), algo, max_response=8)
@@ -250,30 +250,41 @@ def test_gae_batch_uses_the_critic_and_regresses_it_to_the_returns() -> None:
         plain([0], [old[0]], None, [old[0]])
 
 
-def test_a_rollouts_extra_sequence_shares_its_advantage_and_not_its_baseline() -> None:
+def test_a_rollouts_parts_share_its_group_reward_and_advantage_but_not_its_baseline() -> None:
     algo = AlgoConfig(advantage="grpo")
     trajs = _trajs()
-    extra = _traj("a", 2, [5, 9, 9], [1, 0, 1], trajs[0].reward)  # a sub-agent's sequence of rollout 0
     alone = build_batch(trajs, algo, max_response=8)
-    both = build_batch([*trajs, extra], algo, max_response=8, counted=[True, True, True, True, False])
-    assert torch.allclose(both.advantages[:4, :5], alone.advantages, atol=1e-6)
-    assert float(both.advantages[4, 0]) == pytest.approx(float(alone.advantages[0, 0]))
-    assert float(both.advantages[4, 1]) == 0.0  # its environment token
+    # a sub-agent's sequence of rollout 0, labelled as nothing else: the batch takes its rollout's
+    extra = _traj("elsewhere", 2, [5, 9, 9], [1, 0, 1], reward=-3.0)
+    trajs[0].parts = [extra]
+    both = build_batch(trajs, algo, max_response=8)
+    assert both.counted.tolist() == [1.0, 0.0, 1.0, 1.0, 1.0] and both.rollout_index.tolist() == [0, 0, 1, 2, 3]
+    assert both.group_index.tolist() == [0, 0, 0, 1, 1] and both.rewards[1] == both.rewards[0]
+    rows = [0, 2, 3, 4]  # the counted rows: as if the part were not there
+    assert torch.allclose(both.advantages[rows, :5], alone.advantages, atol=1e-6)
+    assert float(both.advantages[1, 0]) == pytest.approx(float(alone.advantages[0, 0]))
+    assert float(both.advantages[1, 1]) == 0.0  # its environment token
 
 
-@pytest.mark.parametrize(
-    ("overrides", "named"),
-    [
-        (["train.weight_sync=lora"], "actor.lora_rank"),  # no adapter to send
-        (["algo.advantage=gae", "actor.packing=false"], "actor.packing"),  # the value head needs packing
-    ],
-)
-async def test_trainer_refuses_settings_that_cannot_work_before_loading_anything(
-    tmp_path: Path, overrides: list[str], named: str
-) -> None:
-    from coderl.config import load_config
-    from coderl.errors import ConfigError
-    from coderl.train.loop import Trainer
+@pytest.mark.parametrize("split", [[[0, 1]], [[0], [1]], [[1], [0]]])
+def test_seq_mean_token_sum_norm_does_not_depend_on_the_micro_batches(split: list[list[int]]) -> None:
+    # Two rows with 8 and 2 trained tokens, advantage 1, ratio 1: every token's loss is -1, and
+    # seq-mean-token-sum-norm is -(8 + 2) / (2 sequences x L) with L the run's constant 8: -0.625.
+    # Dividing each micro-batch by its own padded width gave -8/16 - 2/4 = -1.0 when split in two.
+    algo = AlgoConfig(advantage="grpo", loss_agg="seq-mean-token-sum-norm")
+    trajs = [_traj("a", 2, list(range(8)), [1] * 8, 1.0), _traj("a", 2, [1, 2], [1, 1], 0.0)]
+    for t in trajs:
+        t.logprobs = [0.0] * len(t.response_ids)
+    batch = build_batch(trajs, algo, max_response=8)
+    batch.advantages = batch.mask.clone()
+    loss = BatchLoss(batch, algo)
+    total = sum(float(loss(rows, [torch.zeros(len(trajs[i].response_ids)) for i in rows], None)) for rows in split)
+    assert total == pytest.approx(-0.625)
 
-    with pytest.raises(ConfigError, match=named):
-        await Trainer(load_config(overrides=overrides), tmp_path).setup()
+
+async def test_ledger_rejects_a_changed_logprob() -> None:
+    ledger = SampledLedger(ScriptedEngine(name="e"))
+    traj = await _two_turn(ledger, [1, 2, 3])
+    first = traj.response_mask.index(1)
+    traj.logprobs[first] += 0.5
+    assert "logprobs" in (ledger.verify(traj) or "")

@@ -4,13 +4,13 @@ The ``swe`` loop's patch is the repository's diff against its starting state, so
 committed to git first. Doing that in every rollout costs several processes each (``git init``,
 ``add``, ``commit``); here it happens once per snapshot, inside a sandbox (the snapshot's contents are
 never run through git on the host), and the result, ``.git`` included, is copied out to a host
-folder that seeds every later sandbox of the same task.
+folder that seeds every later sandbox of the same task. The folders live as long as the cache:
+:meth:`BaselineCache.close` removes them (``run_rollouts`` makes one cache per call and closes it).
 """
 
 from __future__ import annotations
 
 import asyncio
-import atexit
 import dataclasses
 import hashlib
 import shutil
@@ -41,8 +41,19 @@ class BaselineCache:
     def _folder(self) -> Path:
         if self._root is None:
             self._root = Path(tempfile.mkdtemp(prefix="coderl-baselines-"))
-            atexit.register(shutil.rmtree, self._root, True)
         return self._root
+
+    @property
+    def folder(self) -> Path | None:
+        """Where the baselines are kept (None until the first one is built)."""
+        return self._root
+
+    def close(self) -> None:
+        """Remove every baseline folder; the cache can be used again afterwards (it starts empty)."""
+        if self._root is not None:
+            shutil.rmtree(self._root, ignore_errors=True)
+        self._root = None
+        self._ready.clear()
 
     async def task_with_baseline(self, task: Task, make_sandbox: MakeSandbox) -> Task | None:
         """``task`` with its ``repo`` replaced by the snapshot + baseline commit (built on first use);

@@ -16,19 +16,19 @@ The program reaches the proxy over the host's loopback, so the sandbox needs ``s
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import shlex
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from coderl.agents.base import AgentContext, AgentLoop
 from coderl.agents.baseline import GIT_BASELINE
-from coderl.engine.base import Engine, EngineView
+from coderl.engine.base import BorrowedEngine, Engine
 from coderl.errors import AgentError, SandboxError
+from coderl.loopback import serve_in_loop
 from coderl.sandbox import Sandbox
 from coderl.types import Task, Trajectory
 
@@ -36,50 +36,24 @@ TASK_FILE = ".coderl_task.md"
 """Where the task text is written in the workspace (removed before the patch is taken)."""
 
 
-class _Borrowed(EngineView):
-    """The rollout's engine, lent to the proxy: the proxy app must not start or stop it."""
-
-    async def start(self) -> None:
-        pass
-
-    async def stop(self) -> None:
-        pass
+class _Borrowed(BorrowedEngine):
+    """The rollout's engine, lent to the proxy: its app must not start, stop or update it."""
 
     async def update_weights(self, weights: Mapping[str, Any] | str | Path) -> int:
         raise AgentError("the remote agent loop's proxy does not update weights")
 
 
 @contextlib.asynccontextmanager
-async def local_proxy(engine: Engine, ctx: AgentContext, folder: Path) -> Any:
+async def local_proxy(engine: Engine, ctx: AgentContext, folder: Path) -> AsyncIterator[tuple[Any, str]]:
     """A recording proxy on 127.0.0.1 (a free port) for the length of the block; yields its service
     and base URL."""
-    import uvicorn
-
     from coderl.proxy.app import create_app
     from coderl.proxy.config import ProxyConfig
 
     cfg = ProxyConfig(port=0, db=folder / "record.sqlite", admin_token="unused-" + folder.name)
     app = create_app(cfg, _Borrowed(engine), ctx.chat, model_name=ctx.remote_model)
-
-    class QuietServer(uvicorn.Server):
-        @contextlib.contextmanager
-        def capture_signals(self) -> Iterator[None]:  # the trainer's process keeps its own handlers
-            yield
-
-    server = QuietServer(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on"))
-    serving = asyncio.create_task(server.serve())
-    try:
-        while not server.started:
-            if serving.done():
-                serving.result()
-                raise AgentError("the remote loop's recording proxy stopped while starting")
-            await asyncio.sleep(0.01)
-        port = server.servers[0].sockets[0].getsockname()[1]
-        yield app.state.service, f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(serving, timeout=10)
+    async with serve_in_loop(app) as url:
+        yield app.state.service, url
 
 
 class RemoteLoop(AgentLoop):

@@ -11,38 +11,21 @@ All measured in one process, one after another, so the ratios compare like with 
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
 import random
 import time
-from pathlib import Path
 from typing import Any
 
 import torch
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from coderl.bench.report import command_line, machine_info, percentile, write_section
-from coderl.cli.common import config_from_args
+from coderl.bench.report import machine_info, percentile
 from coderl.config import Config
 from coderl.engine.embedded import EmbeddedEngine
 from coderl.engine.params import SamplingParams
 
 CONCURRENCY = (1, 4, 8, 16)
-
-
-def run_bench_engine(ns: argparse.Namespace) -> int:
-    cfg = config_from_args(ns)
-    result = asyncio.run(bench_engine(cfg, quick=ns.quick, console=Console(stderr=True)))
-    result["command"] = command_line()
-    if ns.write:
-        write_section(Path(ns.write), "engine", to_markdown(result))
-    if ns.json:
-        print(json.dumps(result))
-    else:
-        Console().print(to_markdown(result))
-    return 0
 
 
 def _prompts(vocab: int, n: int, lo: int, hi: int, seed: int) -> list[list[int]]:

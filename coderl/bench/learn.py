@@ -6,31 +6,15 @@ pass/fail test: a 135M model on CPU may well not improve in 20 steps, and the fi
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
-from coderl.bench.report import command_line, machine_info, write_section
-from coderl.config import Config, load_config
+from coderl.bench.report import machine_info
+from coderl.config import Config
 from coderl.rundir import create_run_dir
 from coderl.train.checkpoints import read_metrics
-
-
-def run_bench_learn(ns: argparse.Namespace) -> int:
-    from coderl.cli.train_cmd import default_train_config
-
-    overrides = [f"train.steps={ns.steps}", "train.tasks=bundled:warmup", *ns.config_overrides]
-    cfg = load_config(ns.config_path, overrides, defaults=default_train_config())
-    result = bench_learn(cfg, window=ns.window, console=Console(stderr=True))
-    result["command"] = command_line()
-    if ns.write:
-        write_section(Path(ns.write), "learn", to_markdown(result))
-    print(json.dumps(result) if ns.json else to_markdown(result))
-    return 0
 
 
 def _mean(rows: list[dict[str, Any]], key: str) -> float:

@@ -18,9 +18,7 @@ second calling the engine directly.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
 import os
 import subprocess
 import sys
@@ -33,24 +31,10 @@ from typing import Any
 import httpx
 from rich.console import Console
 
-from coderl.bench.report import command_line, machine_info, percentile, write_section
+from coderl.bench.report import machine_info, percentile
 
 LEVELS = (1, 64, 256)
 ADMIN = "bench-admin-token"
-
-
-def run_bench_proxy(ns: argparse.Namespace) -> int:
-    result = asyncio.run(
-        bench_proxy(
-            quick=ns.quick, latency_s=ns.latency, calls=ns.calls, litellm=not ns.no_litellm,
-            console=Console(stderr=True),
-        )
-    )  # fmt: skip
-    result["command"] = command_line()
-    if ns.write:
-        write_section(Path(ns.write), "proxy", to_markdown(result))
-    print(json.dumps(result) if ns.json else to_markdown(result))
-    return 0
 
 
 def _free_port() -> int:

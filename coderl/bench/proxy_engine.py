@@ -1,7 +1,7 @@
 """The scripted engine server of ``coderl bench proxy`` (run as ``python -m coderl.bench.proxy_engine``).
 
 One process, one uvicorn worker: coderl's engine HTTP app (the token-id ``/v1/completions`` a coderl
-proxy calls with ``engine.type=http``) over a :class:`~coderl.bench.scripted.ScriptedEngine` that
+proxy calls with ``engine.type=http``) over a :class:`~coderl.engine.scripted.ScriptedEngine` that
 answers every call after a fixed latency, plus an OpenAI ``/v1/chat/completions`` route over the same
 engine (streaming too) - what a client, or LiteLLM, calls when it talks to the engine directly.
 """
@@ -18,9 +18,9 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import StreamingResponse
 
-from coderl.bench.scripted import ScriptedEngine
 from coderl.chat import ChatFormat
 from coderl.engine.params import SamplingParams
+from coderl.engine.scripted import ScriptedEngine
 from coderl.engine.server import create_app
 
 REPLY = "The tests pass now."
@@ -31,7 +31,7 @@ def build_app(latency_s: float) -> FastAPI:
 
     tokenizer = load_tokenizer(resolve_checkpoint())
     chat = ChatFormat(tokenizer)
-    engine = ScriptedEngine(tokenizer, [REPLY], latency_s)
+    engine = ScriptedEngine([REPLY], tokenizer, latency_s, per_session=True)
     app = create_app(engine, "coderl", tokenizer)
 
     @app.post("/v1/chat/completions", response_model=None)

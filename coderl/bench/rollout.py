@@ -13,9 +13,6 @@ machine, not the framework's waiting, bounds the efficiency (``cpu_bound_efficie
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import json
 import os
 import tempfile
 import time
@@ -26,17 +23,13 @@ import yaml
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from coderl.agents import AgentContext, AgentLimits
-from coderl.agents.baseline import BaselineCache
-from coderl.bench.report import command_line, machine_busy_cpu_s, machine_info, percentile, write_section
-from coderl.bench.scripted import ScriptedEngine
+from coderl.bench.report import machine_busy_cpu_s, machine_info, percentile
 from coderl.chat import ChatFormat
-from coderl.cli.common import config_from_args
 from coderl.config import Config
-from coderl.engine.base import Engine
-from coderl.engine.params import SamplingParams
-from coderl.rollout.runner import RolloutSettings, run_rollouts
-from coderl.sandbox import Sandbox, SandboxSpec, create_sandbox
+from coderl.engine.scripted import ScriptedEngine
+from coderl.rollout.config import RolloutConfig
+from coderl.rollout.context import ContextFactory
+from coderl.rollout.runner import RolloutSettings, run_rollouts, task_groups
 from coderl.tasks import load_tasks
 from coderl.types import Task
 
@@ -48,20 +41,6 @@ SCRIPT = [
     '<tool_call>\n{"name": "bash", "arguments": {"command": "ls -la && grep -n return calc.py"}}\n</tool_call>',
     '<tool_call>\n{"name": "submit", "arguments": {}}\n</tool_call>',
 ]
-
-
-def run_bench_rollout(ns: argparse.Namespace) -> int:
-    cfg = config_from_args(ns)
-    result = asyncio.run(
-        bench_rollout(
-            cfg, ns.latency, quick=ns.quick, model_eval=not ns.no_model_eval, console=Console(stderr=True)
-        )
-    )
-    result["command"] = command_line()
-    if ns.write:
-        write_section(Path(ns.write), "rollout", to_markdown(result))
-    print(json.dumps(result) if ns.json else to_markdown(result))
-    return 0
 
 
 def _demo_task(root: Path) -> Task:
@@ -78,20 +57,6 @@ def _demo_task(root: Path) -> Task:
     return load_tasks(f"native:{task}")[0]
 
 
-def _ctx_factory(chat: ChatFormat, spec: SandboxSpec, max_tokens: int, limits: AgentLimits) -> Any:
-    async def make_sandbox(task: Task) -> Sandbox:
-        return await create_sandbox(spec.model_copy(update={"workspace": task.repo, "workdir": task.workdir}))
-
-    baselines = BaselineCache()
-
-    def make(engine: Engine, group_id: str) -> AgentContext:
-        return AgentContext(
-            engine, chat, SamplingParams(max_tokens=max_tokens), make_sandbox, limits, group_id, baselines
-        )
-
-    return make
-
-
 async def bench_rollout(
     cfg: Config, latency: float, quick: bool, model_eval: bool, console: Console
 ) -> dict[str, Any]:
@@ -99,6 +64,8 @@ async def bench_rollout(
 
     tokenizer = load_tokenizer(resolve_checkpoint(cfg.model.path, cfg.model.cache_dir))
     chat = ChatFormat(tokenizer)
+    rollout = RolloutConfig(agent="swe", max_tokens=256, max_turns=len(SCRIPT) + 2)
+    contexts = ContextFactory(rollout, cfg.sandbox, chat)
     levels = (1, 16) if quick else LEVELS
     out: dict[str, Any] = {"latency_s": latency, "turns_per_rollout": len(SCRIPT), "levels": {}}
     overheads: list[float] = []
@@ -112,13 +79,10 @@ async def bench_rollout(
         bar = progress.add_task("rollouts", total=len(levels) + (1 if model_eval else 0))
         for n in levels:
             progress.update(bar, description=f"{n} concurrent rollouts (scripted engine, bwrap)")
-            engine = ScriptedEngine(tokenizer, SCRIPT, latency)
-            settings = RolloutSettings(
-                agent="swe", group_size=n, max_engine_requests=n, max_sandboxes=n, grade=False
-            )
-            make = _ctx_factory(chat, cfg.sandbox, 256, AgentLimits(max_turns=len(SCRIPT) + 2))
+            engine = ScriptedEngine(SCRIPT, tokenizer, latency, per_session=True)
+            settings = RolloutSettings(agent="swe", max_engine_requests=n, max_sandboxes=n, grade=False)
             cpu0, t0 = machine_busy_cpu_s(), time.perf_counter()
-            results = await run_rollouts([task], engine, make, settings, cfg.sandbox)
+            results = await run_rollouts(task_groups([task], n), engine, contexts, settings)
             wall = time.perf_counter() - t0
             cpu1 = machine_busy_cpu_s()
             ideal = len(SCRIPT) * latency
@@ -153,7 +117,7 @@ async def bench_rollout(
 
 
 async def _model_eval(cfg: Config, quick: bool) -> dict[str, Any]:
-    from coderl.cli.eval_cmd import context_factory
+    from coderl.checkpoint import load_tokenizer, resolve_checkpoint
     from coderl.engine import create_engine
     from coderl.rollout.report import build_report
 
@@ -161,35 +125,20 @@ async def _model_eval(cfg: Config, quick: bool) -> dict[str, Any]:
     if quick:
         tasks = tasks[:2]
     r = cfg.rollout
-    eval_cfg = cfg.model_copy(
-        update={
-            "rollout": r.model_copy(
-                update={"max_turns": min(r.max_turns, 10), "max_tokens": min(r.max_tokens, 256)}
-            )
-        }
+    rollout = r.model_copy(
+        update={"agent": "swe", "max_turns": min(r.max_turns, 10), "max_tokens": min(r.max_tokens, 256)}
     )
     engine = create_engine(cfg.engine, cfg.model, seed=cfg.run.seed)
     await engine.start()
-    from coderl.checkpoint import load_tokenizer, resolve_checkpoint
-
     chat = ChatFormat(load_tokenizer(resolve_checkpoint(cfg.model.path, cfg.model.cache_dir)))
-    settings = RolloutSettings(
-        agent="swe", group_size=1, max_engine_requests=16, max_sandboxes=16, grade=True
-    )
+    settings = RolloutSettings(agent="swe", max_engine_requests=16, max_sandboxes=16, grade=True)
     t0 = time.perf_counter()
     try:
-        results = await run_rollouts(tasks, engine, context_factory(eval_cfg, chat), settings, cfg.sandbox)
+        contexts = ContextFactory(rollout, cfg.sandbox, chat)
+        results = await run_rollouts(task_groups(tasks, 1), engine, contexts, settings)
     finally:
         await engine.stop()
-    rows = [
-        {
-            "task_id": x.trajectory.task_id,
-            "resolved": x.resolved,
-            "reward": x.trajectory.reward,
-            "exit_status": x.trajectory.exit_status,
-        }
-        for x in results
-    ]
+    rows = [x.report_row() for x in results]
     report = build_report(rows, {t.id: t.tier for t in tasks}, [1])
     return {
         "tasks": len(tasks),
@@ -199,8 +148,8 @@ async def _model_eval(cfg: Config, quick: bool) -> dict[str, Any]:
         "exit_statuses": report["exit_statuses"],
         "wall_s": time.perf_counter() - t0,
         "settings": {
-            "max_turns": eval_cfg.rollout.max_turns,
-            "max_tokens": eval_cfg.rollout.max_tokens,
+            "max_turns": rollout.max_turns,
+            "max_tokens": rollout.max_tokens,
             "temperature": r.temperature,
         },
     }

@@ -3,32 +3,18 @@ and grading time per bundled task (gold patch)."""
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
 import secrets
 import time
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from coderl.bench.report import command_line, machine_info, percentile, write_section
-from coderl.cli.common import config_from_args
+from coderl.bench.report import machine_info, percentile
 from coderl.sandbox import SandboxSpec, create_sandbox
 
 CONCURRENCY = (1, 8, 32)
-
-
-def run_bench_sandbox(ns: argparse.Namespace) -> int:
-    cfg = config_from_args(ns)
-    result = asyncio.run(bench_sandbox(cfg.sandbox, quick=ns.quick, console=Console(stderr=True)))
-    result["command"] = command_line()
-    if ns.write:
-        write_section(Path(ns.write), "sandbox", to_markdown(result))
-    print(json.dumps(result) if ns.json else to_markdown(result))
-    return 0
 
 
 async def _cycle(spec: SandboxSpec) -> float:

@@ -12,7 +12,6 @@ temporary run directory; its ``stage_s`` row is reported as is.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import random
@@ -27,22 +26,9 @@ import torch
 from rich.console import Console
 from rich.progress import Progress
 
-from coderl.bench.report import command_line, machine_info, write_section
-from coderl.config import Config, load_config
+from coderl.bench.report import machine_info
+from coderl.config import Config
 from coderl.train.actor import Actor
-
-
-def run_bench_train(ns: argparse.Namespace) -> int:
-    from coderl.cli.train_cmd import default_train_config
-
-    cfg = load_config(ns.config_path, ns.config_overrides, defaults=default_train_config())
-    console = Console(stderr=True)
-    result = bench_train(cfg, quick=ns.quick, default_step=not ns.no_step, console=console)
-    result["command"] = command_line()
-    if ns.write:
-        write_section(Path(ns.write), "train", to_markdown(result))
-    print(json.dumps(result) if ns.json else to_markdown(result))
-    return 0
 
 
 def variable_batch(

@@ -147,76 +147,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="benchmarks behind BENCHMARKS.md").add_subparsers(
         dest="bench_cmd", metavar="WHAT"
     )
-    p = bench.add_parser(
-        "engine", help="engine throughput, TTFT and prefix-cache speedup vs Hugging Face generate"
-    )
-    _config_args(p)
-    p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
-    p.add_argument(
-        "--quick", action="store_true", help="fewer, shorter requests (a smoke run, not for BENCHMARKS.md)"
-    )
-    p.add_argument(
-        "--write", metavar="FILE", help="also write the figures into this Markdown file (e.g. BENCHMARKS.md)"
-    )
-    p.set_defaults(func=_lazy("coderl.bench.engine", "run_bench_engine"))
-    p = bench.add_parser("sandbox", help="sandbox create/exec/close latency, throughput and grading time")
-    _config_args(p)
-    p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
-    p.add_argument(
-        "--quick", action="store_true", help="fewer repetitions (a smoke run, not for BENCHMARKS.md)"
-    )
-    p.add_argument("--write", metavar="FILE", help="also write the figures into this Markdown file")
-    p.set_defaults(func=_lazy("coderl.bench.sandbox", "run_bench_sandbox"))
-    p = bench.add_parser(
-        "rollout", help="rollout throughput vs the latency-bound ideal, per-turn overhead, real-model pass@1"
-    )
-    _config_args(p)
-    p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
-    p.add_argument("--quick", action="store_true", help="fewer rollouts (a smoke run, not for BENCHMARKS.md)")
-    p.add_argument(
-        "--latency", type=float, default=2.0, help="scripted engine seconds per call (default 2.0)"
-    )
-    p.add_argument("--no-model-eval", action="store_true", help="skip the real-model eval of warmup + easy")
-    p.add_argument("--write", metavar="FILE", help="also write the figures into this Markdown file")
-    p.set_defaults(func=_lazy("coderl.bench.rollout", "run_bench_rollout"))
-    p = bench.add_parser(
-        "train",
-        help="trainer tokens/s packed vs padded (packing_speedup), peak memory, stage times of one step",
-    )
-    _config_args(p)
-    p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
-    p.add_argument("--quick", action="store_true", help="a smaller batch, one round (a smoke run)")
-    p.add_argument("--no-step", action="store_true", help="skip the timed default training step")
-    p.add_argument("--write", metavar="FILE", help="also write the figures into this Markdown file")
-    p.set_defaults(func=_lazy("coderl.bench.train", "run_bench_train"))
-    p = bench.add_parser(
-        "learn", help="the learning check: ~20 fixed-seed steps on bundled warmup; first vs last pass rate"
-    )
-    _config_args(p)
-    p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
-    p.add_argument("--steps", type=int, default=20, help="training steps (default 20)")
-    p.add_argument("--window", type=int, default=5, help="steps averaged at each end (default 5)")
-    p.add_argument("--write", metavar="FILE", help="also write the figures into this Markdown file")
-    p.set_defaults(func=_lazy("coderl.bench.learn", "run_bench_learn"))
-    p = bench.add_parser(
-        "proxy",
-        help="recording proxy: added latency p50/p99 and throughput at 1/64/256 sessions vs direct and LiteLLM",
-    )
-    p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
-    p.add_argument("--quick", action="store_true", help="fewer calls, 1 and 16 sessions (a smoke run)")
-    p.add_argument(
-        "--latency", type=float, default=1.0, help="scripted engine seconds per call for throughput"
-    )
-    p.add_argument(
-        "--calls", type=int, default=4, help="calls per session in the throughput runs (default 4)"
-    )
-    p.add_argument("--no-litellm", action="store_true", help="skip the LiteLLM reference")
-    p.add_argument("--write", metavar="FILE", help="also write the figures into this Markdown file")
-    p.set_defaults(func=_lazy("coderl.bench.proxy", "run_bench_proxy"))
-    for name, (what, issue) in NOT_BUILT_BENCH.items():
-        p = bench.add_parser(name, help=f"{what} [not built yet: issue #{issue}]")
-        p.add_argument("--json", action="store_true")
-        p.set_defaults(func=_not_built(what, issue))
+    from coderl.cli.bench_cmd import add_bench_parsers
+
+    add_bench_parsers(bench, _config_args)
     return parser
 
 

@@ -4,26 +4,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-from importlib import resources
 from pathlib import Path
 
 from rich.console import Console
 
 from coderl.config import load_config
+from coderl.config.packaged import default_train_config
 from coderl.errors import ConfigError
 from coderl.rundir import create_run_dir
-
-DEFAULTS = "train.yaml"
-"""Packaged defaults of `coderl train` (coderl/configs/train.yaml): what runs with no arguments."""
-
-
-def packaged_config(name: str) -> Path:
-    """A config file shipped in coderl/configs/."""
-    return Path(str(resources.files("coderl") / "configs" / name))
-
-
-def default_train_config() -> Path:
-    return packaged_config(DEFAULTS)
 
 
 def run_train(ns: argparse.Namespace) -> int:

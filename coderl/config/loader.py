@@ -144,6 +144,10 @@ def _describe(exc: ValidationError, data: Mapping[str, Any]) -> str:
             allowed = ", ".join(sorted(parent.model_fields)) if parent else "?"
             lines.append(f"unknown key '{loc}'; valid keys here: {allowed}")
             continue
+        if err["type"] == "value_error" and len(err["loc"]) <= 1:
+            # a section's or the root's own validator (coderl.config.rules): its message names the keys
+            lines.append(err["msg"].removeprefix("Value error, "))
+            continue
         value = err.get("input", _lookup(data, err["loc"]))
         hint = _field_doc(err["loc"])
         msg = f"{loc or 'config'}: got {value!r} — {err['msg']}"

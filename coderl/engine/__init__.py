@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from coderl.config.models import EngineConfig, ModelConfig
 from coderl.engine.base import Engine
+from coderl.engine.config import EngineConfig, ModelConfig
 from coderl.engine.params import SamplingParams
 from coderl.engine.sampler import token_logprobs
 from coderl.types import Completion

@@ -119,3 +119,14 @@ class EngineView(Engine):
 
     def stats(self) -> dict[str, Any]:
         return self.inner.stats()
+
+
+class BorrowedEngine(EngineView):
+    """An engine lent to a component that would start and stop it (a server app's lifespan, a relay
+    worker): its owner keeps the lifecycle, so start and stop do nothing here."""
+
+    async def start(self) -> None:
+        return None
+
+    async def stop(self) -> None:
+        return None

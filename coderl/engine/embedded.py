@@ -25,8 +25,8 @@ from typing import Any
 
 import torch
 
-from coderl.config.models import EngineConfig, ModelConfig
 from coderl.engine.base import Engine
+from coderl.engine.config import EngineConfig, ModelConfig
 from coderl.engine.kv_cache import PrefixCache, SequenceKV, common_prefix
 from coderl.engine.params import SamplingParams
 from coderl.engine.runner import Chunk, ModelRunner

@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from coderl.config.models import EngineConfig
 from coderl.engine.base import Engine
+from coderl.engine.config import EngineConfig
 from coderl.engine.params import SamplingParams
 from coderl.errors import EngineError, EngineUnavailableError
 from coderl.types import Completion

@@ -6,13 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
+
+from coderl.section import Section
 
 
-class ProxyConfig(BaseModel):
+class ProxyConfig(Section):
     """``coderl proxy serve``: per-session OpenAI / Anthropic endpoints that record every call."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, validate_assignment=True)
 
     host: str = "127.0.0.1"
     """Address the proxy binds."""
@@ -53,10 +53,8 @@ class ProxyConfig(BaseModel):
     """relay: session -> worker entries kept (LRU), so each session's calls reuse one worker's prefix cache."""
 
 
-class RelayWorkerConfig(BaseModel):
+class RelayWorkerConfig(Section):
     """``coderl proxy worker``: serve the configured engine to a relay-mode proxy over a WebSocket."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, validate_assignment=True)
 
     url: str = "ws://127.0.0.1:8100/ws/worker"
     """The proxy's worker endpoint, ws://HOST:PORT/ws/worker (wss:// behind TLS)."""

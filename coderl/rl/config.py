@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from coderl.section import Section
 
 AdvantageName = Literal["grpo", "drgrpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "gae"]
 PolicyLossName = Literal["ppo_clip", "dual_clip", "gspo", "cispo"]
@@ -17,10 +19,8 @@ LossAggName = Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean",
 KLName = Literal["k1", "k2", "k3"]
 
 
-class AlgoConfig(BaseModel):
+class AlgoConfig(Section):
     """The policy-gradient algorithm: estimator, loss, aggregation, regularisers and DAPO tricks."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, validate_assignment=True)
 
     advantage: AdvantageName = "grpo"
     """Advantage estimator: grpo, drgrpo, rloo, reinforce_pp, reinforce_pp_baseline or gae (value head)."""

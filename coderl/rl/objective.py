@@ -10,6 +10,7 @@ loss unless ``cfg.kl_in_reward``, in which case ``kl_token_rewards`` goes into t
 
 from __future__ import annotations
 
+import math
 from functools import partial
 
 from torch import Tensor
@@ -36,6 +37,7 @@ def compute_loss(
     rollout_logp: Tensor | None = None,
     num_tokens: float | None = None,
     num_seqs: float | None = None,
+    max_len: float | None = None,
     values: Tensor | None = None,
     old_values: Tensor | None = None,
     returns: Tensor | None = None,
@@ -45,7 +47,9 @@ def compute_loss(
     logp [B, T] (with grad), old_logp [B, T] (trainer log-probs before the update), advantages [B, T],
     mask [B, T]; optional ref_logp [B, T] (needed when kl_coef > 0 and not kl_in_reward), entropy [B, T]
     (with grad, for the bonus), rollout_logp [B, T] (engine log-probs, enables TIS when tis_cap is set).
-    num_tokens / num_seqs: the whole batch's ``count_normalisers`` under gradient accumulation.
+    num_tokens / num_seqs: the whole batch's ``count_normalisers`` under gradient accumulation;
+    max_len: the constant of seq-mean-token-sum-norm (default ``cfg.loss_norm_len``; under gradient
+    accumulation pass a constant of the run, since the fallback, the padded width T, varies by micro-batch).
     values [B, T] (value head, with grad), old_values [B, T] and returns [B, T] (from GAE) add the
     clipped value loss weighted by ``cfg.vf_coef`` (:func:`coderl.rl.value.value_loss`).
 
@@ -59,14 +63,16 @@ def compute_loss(
         mode=cfg.loss_agg,
         num_tokens=num_tokens,
         num_seqs=num_seqs,
-        max_len=cfg.loss_norm_len,
+        max_len=cfg.loss_norm_len if max_len is None else max_len,
     )
     loss_mat, stats = POLICY_LOSSES[cfg.policy_loss](logp, old_logp, advantages, mask, cfg)  # [B, T]
     if rollout_logp is not None and cfg.tis_cap is not None:
         weights = tis_weights(old_logp, rollout_logp, mask, cfg.tis_cap)  # [B, T]
         loss_mat = loss_mat * weights  # [B, T]
         stats["tis_mean"] = masked_mean(weights, mask)
-        stats["tis_capped_fraction"] = masked_mean((weights >= cfg.tis_cap).to(mask.dtype), mask)
+        # decided on the log-ratio: exp(log cap) can round to just below cap in float32 (7.0 -> 6.9999995)
+        capped = (old_logp - rollout_logp) >= math.log(cfg.tis_cap)  # [B, T]
+        stats["tis_capped_fraction"] = masked_mean(capped.to(mask.dtype), mask)
     pg_loss = agg(loss_mat)  # []
     loss = pg_loss  # []
     stats["pg_loss"] = pg_loss.detach()

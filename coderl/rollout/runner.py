@@ -1,8 +1,16 @@
-"""Run tasks x G samples concurrently, grade them, and store trajectories as they finish.
+"""Roll out groups of samples concurrently, grade each rollout, and store trajectories as they finish.
 
-Two separate bounds: ``max_engine_requests`` (requests in flight to the engine, through
-:class:`LimitedEngine`) and ``max_sandboxes`` (rollouts alive at once, each holding at most one
-sandbox). One failing rollout is recorded with its error and never cancels the others.
+This is the one place that rolls out, grades and sets rewards: ``coderl eval`` / ``coderl rollout``,
+the trainer's steps and its validation all call :func:`run_rollouts`. The caller names the groups
+(:class:`RolloutGroup`: the trainer makes a fresh group every time it draws a task, eval one group per
+task); every sequence of a rollout - its parts included - gets that group id and the rollout's reward
+through :meth:`coderl.types.Trajectory.label`.
+
+Three bounds: ``max_engine_requests`` (requests in flight to the engine, through
+:class:`LimitedEngine`), ``max_sandboxes`` (rollouts alive at once, each holding at most one sandbox:
+the agent's, then the grader's) and ``grade_concurrency`` (grading runs at once). A rollout is graded
+as soon as its loop returns, so grading overlaps the generation of the others. One failing rollout is
+recorded with its error and never cancels the others.
 """
 
 from __future__ import annotations
@@ -11,18 +19,19 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from coderl.agents.base import AgentContext, get_loop
+from coderl.agents.base import get_loop
+from coderl.agents.baseline import BaselineCache
 from coderl.engine.base import Engine, EngineView
 from coderl.engine.params import SamplingParams
+from coderl.rollout.config import RolloutConfig
+from coderl.rollout.context import ContextFactory
 from coderl.rollout.store import TrajectoryStore
 from coderl.sandbox import SandboxSpec
+from coderl.tasks.config import TasksConfig
 from coderl.tasks.grading import RewardMode, grade
 from coderl.types import Completion, Task, Trajectory
-
-if TYPE_CHECKING:
-    pass
 
 
 class LimitedEngine(EngineView):
@@ -40,70 +49,126 @@ class LimitedEngine(EngineView):
 
 
 @dataclass
+class RolloutGroup:
+    """``size`` samples of ``task`` whose rewards are compared with each other (one GRPO group)."""
+
+    task: Task
+    group_id: str
+    size: int
+
+
+def task_groups(tasks: list[Task], size: int, tag: str = "") -> list[RolloutGroup]:
+    """One group of ``size`` samples per task, named ``<task id>#<tag><k>`` (k = its place in ``tasks``,
+    so a task listed twice makes two groups)."""
+    return [RolloutGroup(task, f"{task.id}#{tag}{k}", size) for k, task in enumerate(tasks)]
+
+
+@dataclass
 class RolloutResult:
+    """A finished rollout: its trajectory (reward set when graded) and the grader's verdict."""
+
     trajectory: Trajectory
     resolved: bool
     grade: dict[str, Any] | None
+    tier: str = ""
+
+    def report_row(self) -> dict[str, Any]:
+        """The row :func:`coderl.rollout.report.build_report` counts."""
+        t = self.trajectory
+        return {
+            "task_id": t.task_id,
+            "resolved": self.resolved,
+            "reward": t.reward,
+            "exit_status": t.exit_status,
+        }
+
+    def record(self, **extra: Any) -> dict[str, Any]:
+        """What the trajectory store keeps beside the trajectory."""
+        return {"resolved": self.resolved, "tier": self.tier, "grade": self.grade or {}, **extra}
 
 
 @dataclass
 class RolloutSettings:
     agent: str = "swe"
-    group_size: int = 1
     max_engine_requests: int = 16
     max_sandboxes: int = 8
     grade: bool = True
     reward: RewardMode = "resolved"
+    grade_concurrency: int = 2
+
+    @classmethod
+    def from_config(cls, rollout: RolloutConfig, tasks: TasksConfig, grade: bool = True) -> RolloutSettings:
+        """The settings every command uses: the agent and bounds of ``rollout``, grading of ``tasks``."""
+        return cls(
+            agent=rollout.agent,
+            max_engine_requests=rollout.max_engine_requests,
+            max_sandboxes=rollout.max_sandboxes,
+            grade=grade,
+            reward=tasks.reward,
+            grade_concurrency=tasks.concurrency,
+        )
 
 
 async def run_rollouts(
-    tasks: list[Task],
+    groups: list[RolloutGroup],
     engine: Engine,
-    make_ctx: Callable[[Engine, str], AgentContext],
+    contexts: ContextFactory,
     settings: RolloutSettings,
-    sandbox: SandboxSpec,
     store: TrajectoryStore | None = None,
     on_done: Callable[[RolloutResult], None] | None = None,
 ) -> list[RolloutResult]:
-    """Roll out every task ``group_size`` times; grade each trajectory; store each as it finishes."""
+    """Roll out every group's samples, grade each rollout as it finishes (``settings.grade``), label
+    every sequence with its group and reward, store each; results in group order, then sample order."""
     limited = LimitedEngine(engine, settings.max_engine_requests)
     alive = asyncio.Semaphore(settings.max_sandboxes)
+    grading = asyncio.Semaphore(settings.grade_concurrency)
+    baselines = BaselineCache()
+    get_loop(settings.agent)  # an unknown loop fails here, once, not in every rollout
 
-    async def one(task: Task, sample: int) -> RolloutResult:
-        group_id = f"{task.id}#g"
+    async def one(group: RolloutGroup, sample: int) -> RolloutResult:
+        task = group.task
         async with alive:
-            loop = get_loop(settings.agent)
-            ctx = make_ctx(limited, group_id)
             t0 = time.perf_counter()
             try:
-                traj = await loop.run(task, ctx)
+                loop = get_loop(settings.agent)  # a fresh instance per rollout: loops may keep state
+                traj = await loop.run(task, contexts(limited, group.group_id, baselines))
             except Exception as exc:  # a loop bug must not cancel the siblings
                 traj = Trajectory(
-                    task_id=task.id,
-                    group_id=group_id,
-                    prompt_ids=[],
-                    exit_status="error",
+                    task_id=task.id, group_id=group.group_id, prompt_ids=[], exit_status="error",
                     error=f"{type(exc).__name__}: {exc}",
-                )
+                )  # fmt: skip
+            traj.label(group_id=group.group_id)
             traj.metrics["rollout_s"] = time.perf_counter() - t0
             traj.metrics["sample"] = float(sample)
-            verdict: dict[str, Any] | None = None
-            resolved = False
+            result = RolloutResult(traj, False, None, task.tier)
             if settings.grade:
-                try:
-                    g = await grade(task, traj.patch, sandbox, settings.reward)
-                    resolved, verdict = g.resolved, g.to_dict()
-                    for seq in traj.sequences():  # every sequence of the rollout shares its reward
-                        seq.reward = g.reward
-                    verdict.pop("test_output", None)
-                except Exception as exc:
-                    traj.error = (traj.error or "") + f" grading failed: {type(exc).__name__}: {exc}"
-        result = RolloutResult(traj, resolved, verdict)
+                async with grading:
+                    await _grade(result, task, contexts.sandbox, settings.reward)
         if store is not None:
-            store.add(traj, {"resolved": resolved, "tier": task.tier, "grade": verdict or {}})
+            store.add(traj, result.record())
         if on_done is not None:
             on_done(result)
         return result
 
-    jobs = [one(task, i) for task in tasks for i in range(settings.group_size)]
-    return list(await asyncio.gather(*jobs))
+    try:
+        jobs = [one(group, i) for group in groups for i in range(group.size)]
+        return list(await asyncio.gather(*jobs))
+    finally:
+        baselines.close()
+
+
+async def _grade(result: RolloutResult, task: Task, sandbox: SandboxSpec, reward: RewardMode) -> None:
+    """Grade the rollout's patch; a grading failure is data (reward 0, the error on the trajectory)."""
+    traj = result.trajectory
+    t0 = time.perf_counter()
+    try:
+        verdict = await grade(task, traj.patch, sandbox, reward)
+    except Exception as exc:
+        traj.error = (traj.error or "") + f" grading failed: {type(exc).__name__}: {exc}"
+        traj.label(reward=0.0)
+        return
+    finally:
+        traj.metrics["grade_s"] = time.perf_counter() - t0
+    result.resolved = verdict.resolved
+    result.grade = {k: v for k, v in verdict.to_dict().items() if k != "test_output"}
+    traj.label(reward=verdict.reward)

@@ -112,9 +112,10 @@ class BwrapSandbox(LocalSandbox):
                 args += ["--symlink", os.readlink(host), f"/{name}"]
             elif host.is_dir():
                 args += ["--ro-bind", str(host), f"/{name}"]
+        args += ["--proc", "/proc", "--dev", "/dev", "--size", str(_TMP_MB << 20), "--tmpfs", "/tmp"]
+        # After /tmp: a virtualenv made under /tmp (mktemp -d) would be hidden by the private /tmp.
         for source, inside in python_binds():
             args += ["--ro-bind", str(source), str(inside)]
-        args += ["--proc", "/proc", "--dev", "/dev", "--size", str(_TMP_MB << 20), "--tmpfs", "/tmp"]
         args += ["--bind", str(workspace), s.workdir]
         ws = HostWorkspace(workspace, self._uid(), self._uid())
         for mount_point, sub in s.mounts.items():

@@ -28,13 +28,16 @@ from coderl.types import Trajectory
 
 @dataclass
 class TrainBatch:
-    trajectories: list[Trajectory]
-    sequences: list[list[int]]  # prompt + response ids, one per sample
+    trajectories: list[Trajectory]  # one row per token sequence: each rollout, then its parts
+    sequences: list[list[int]]  # prompt + response ids, one per row
     starts: list[int]  # len(prompt_ids): where scoring starts
     mask: torch.Tensor  # [B, T] 1 = trained (model-sampled) token
     rollout_logp: torch.Tensor  # [B, T] engine logprobs (0 where mask is 0)
-    rewards: torch.Tensor  # [B] after shaping
-    group_index: torch.Tensor  # [B] samples of one task share an index
+    rewards: torch.Tensor  # [B] after shaping: the row's rollout's shaped reward
+    group_index: torch.Tensor  # [B] samples of one group share an index
+    rollout_index: torch.Tensor  # [B] rows of one rollout share an index
+    counted: torch.Tensor  # [B] 1 on the first row of each rollout: the one group baselines count
+    max_response: int  # most model tokens a trajectory can hold: the constant of length normalisation
     advantages: torch.Tensor = field(default_factory=lambda: torch.zeros(0))  # [B, T]
     old_values: torch.Tensor | None = None  # [B, T] value head before the update (gae)
     returns: torch.Tensor | None = None  # [B, T] GAE value targets (gae)
@@ -44,56 +47,62 @@ class TrainBatch:
         return len(self.sequences)
 
 
+def sequences_of(rollouts: list[Trajectory]) -> list[Trajectory]:
+    """Every token sequence of the rollouts, in batch row order (a rollout, then its parts)."""
+    return [seq for r in rollouts for seq in r.sequences()]
+
+
 def build_batch(
-    trajectories: list[Trajectory],
+    rollouts: list[Trajectory],
     algo: AlgoConfig,
     max_response: int,
     ref_logp: list[torch.Tensor] | None = None,
     values: list[torch.Tensor] | None = None,
-    counted: list[bool] | None = None,
 ) -> TrainBatch:
-    """Pad trajectories into a batch, shape rewards (overlong, KL in the reward) and compute advantages.
+    """Pad the rollouts' sequences into a batch, shape rewards (overlong, format, KL in the reward) and
+    compute advantages.
 
-    ``values`` (one ``[n]`` tensor per trajectory, the value head's predictions before the update) are
-    what GAE needs; the batch then also carries them (``old_values``) and the returns they regress to.
-    ``counted`` marks the rows that count in group baselines: the first sequence of each rollout, when
-    a rollout brought several (:attr:`coderl.types.Trajectory.parts`); None = every row.
+    A rollout that brought several token sequences (:attr:`coderl.types.Trajectory.parts`) is one
+    sample: its reward is shaped once, from its first sequence, and every one of its rows gets that
+    reward and that group; only its first row counts in group baselines. So each part gets exactly
+    the advantage of its rollout's counted row (for the token-level estimators: the same outcome,
+    placed on its own last trained token). ``ref_logp`` and ``values`` (one ``[n]`` tensor per row, in
+    :func:`sequences_of` order) are the reference policy's log-probs and the value head's predictions
+    before the update (GAE); the batch then also carries the values (``old_values``) and the returns
+    they regress to. Per-token KL rewards (``kl_in_reward``) are each sequence's own.
     """
-    width = max(len(t.response_ids) for t in trajectories)
-    size = len(trajectories)
+    rows = sequences_of(rollouts)
+    owner = [i for i, r in enumerate(rollouts) for _ in r.sequences()]
+    width = max(len(t.response_ids) for t in rows)
+    size = len(rows)
     mask = torch.zeros(size, width)  # [B, T]
     rollout_logp = torch.zeros(size, width)  # [B, T]
-    for i, t in enumerate(trajectories):
+    for i, t in enumerate(rows):
         n = len(t.response_ids)
         mask[i, :n] = torch.tensor(t.response_mask, dtype=torch.float32)
         rollout_logp[i, :n] = torch.tensor(t.logprobs, dtype=torch.float32)
-    rewards = torch.tensor([t.reward for t in trajectories], dtype=torch.float32)  # [B]
-    if algo.overlong_buffer > 0:
-        lengths = mask.sum(dim=1)  # [B] model tokens per sample
-        rewards = rewards + overlong_penalty(
-            lengths, max_response, algo.overlong_buffer, algo.overlong_penalty
-        )
-    if algo.format_reward > 0:
-        errors = torch.tensor([t.metrics.get("format_errors", 0.0) for t in trajectories])  # [B]
-        turns = torch.tensor([float(t.num_turns) for t in trajectories])  # [B]
-        rewards = rewards + format_bonus(errors, turns, algo.format_reward)
+    rollout_index = torch.tensor(owner, dtype=torch.long)  # [B]
+    counted = torch.tensor([1.0 if i == 0 or owner[i - 1] != owner[i] else 0.0 for i in range(size)])  # [B]
+    rewards = _shaped_rewards(rollouts, algo, max_response)[rollout_index]  # [B]
     groups: dict[str, int] = defaultdict(lambda: len(groups))
-    group_index = torch.tensor([groups[t.group_id] for t in trajectories], dtype=torch.long)  # [B]
+    group_index = torch.tensor([groups[rollouts[i].group_id] for i in owner], dtype=torch.long)  # [B]
     batch = TrainBatch(
-        trajectories=trajectories,
-        sequences=[t.prompt_ids + t.response_ids for t in trajectories],
-        starts=[len(t.prompt_ids) for t in trajectories],
+        trajectories=rows,
+        sequences=[t.prompt_ids + t.response_ids for t in rows],
+        starts=[len(t.prompt_ids) for t in rows],
         mask=mask,
         rollout_logp=rollout_logp,
         rewards=rewards,
         group_index=group_index,
+        rollout_index=rollout_index,
+        counted=counted,
+        max_response=max_response,
     )
     token_rewards = None
     if ref_logp is not None and algo.kl_in_reward and algo.kl_coef > 0:
         ref = _pad([r.cpu() for r in ref_logp], width)  # [B, T]
         token_rewards = kl_token_rewards(rollout_logp, ref, mask, algo)  # [B, T]
     padded_values = _pad([v.detach().cpu() for v in values], width) * mask if values is not None else None
-    counted_rows = torch.tensor(counted, dtype=torch.float32) if counted is not None else None  # [B]
     batch.advantages, returns = compute_advantages(
         rewards,
         mask,
@@ -101,11 +110,25 @@ def build_batch(
         algo,
         values=padded_values,
         token_rewards=token_rewards,
-        counted=counted_rows,
+        counted=counted,
     )  # [B, T], [B, T]
     if padded_values is not None:
         batch.old_values, batch.returns = padded_values, returns
     return batch
+
+
+def _shaped_rewards(rollouts: list[Trajectory], algo: AlgoConfig, max_response: int) -> torch.Tensor:
+    """Each rollout's reward after DAPO's overlong penalty and the format bonus, from its first
+    sequence (the one the agent loop returned); ``[R]``."""
+    rewards = torch.tensor([r.reward for r in rollouts], dtype=torch.float32)  # [R]
+    if algo.overlong_buffer > 0:
+        lengths = torch.tensor([float(sum(r.response_mask)) for r in rollouts])  # [R] model tokens
+        rewards = rewards + overlong_penalty(lengths, max_response, algo.overlong_buffer, algo.overlong_penalty)
+    if algo.format_reward > 0:
+        errors = torch.tensor([r.metrics.get("format_errors", 0.0) for r in rollouts])  # [R]
+        turns = torch.tensor([float(r.num_turns) for r in rollouts])  # [R]
+        rewards = rewards + format_bonus(errors, turns, algo.format_reward)
+    return rewards  # [R]
 
 
 _SUMMED = ("loss", "pg_loss")  # already shares of the whole-batch objective; the rest are token means
@@ -113,8 +136,10 @@ _SUMMED = ("loss", "pg_loss")  # already shares of the whole-batch objective; th
 
 class BatchLoss:
     """The actor's ``loss_fn`` for one batch: pads a micro-batch's logprobs and applies
-    :func:`coderl.rl.compute_loss` with whole-batch normalisers, so gradient accumulation over
-    micro-batches equals one full-batch step. Collects the step's metrics as it goes.
+    :func:`coderl.rl.compute_loss` with whole-batch normalisers (token and sequence counts of the whole
+    batch; for seq-mean-token-sum-norm the run's constant ``algo.loss_norm_len``, else the batch's
+    ``max_response``), so gradient accumulation over micro-batches equals one full-batch step, however
+    the batch is split. Collects the step's metrics as it goes.
 
     One optimizer step per batch: the "old" policy is the trainer's own pre-update logprobs
     (detached), so PPO ratios start at 1; the rollout-vs-trainer gap is reported as
@@ -129,6 +154,8 @@ class BatchLoss:
         self.ref_logp = ref_logp
         tokens, seqs = count_normalisers(batch.mask)
         self.num_tokens, self.num_seqs = float(tokens), float(seqs)
+        # seq-mean-token-sum-norm divides by a constant of the run, never by a micro-batch's padded width
+        self.norm_len = float(algo.loss_norm_len or batch.max_response)
         self.sums: dict[str, float] = defaultdict(float)
         self.weight = 0.0
         self.mismatch_sum = 0.0
@@ -175,6 +202,7 @@ class BatchLoss:
             rollout_logp=rollout,
             num_tokens=self.num_tokens,
             num_seqs=self.num_seqs,
+            max_len=self.norm_len,
             **value_terms,
         )
         share = float(mask.sum()) / max(self.num_tokens, 1.0)  # this micro-batch's share of tokens

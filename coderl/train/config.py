@@ -1,21 +1,20 @@
-"""Configuration of the trainer's actor (the policy being optimised).
-
-A flat section: the lead mounts it in the root config; the actor receives only this section.
-"""
+"""The trainer's config sections: ``train`` (what one run does, step by step: steps, batch shape,
+validation, checkpoints, loggers) and ``actor`` (the policy model, its optimiser and how batches are
+forwarded). The algorithm lives in ``algo`` (:class:`coderl.rl.config.AlgoConfig`)."""
 
 from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from coderl.section import Section
 
 DEFAULT_LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
-class ActorConfig(BaseModel):
+class ActorConfig(Section):
     """The policy model, its optimiser and how batches are forwarded."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, validate_assignment=True)
 
     lr: float = Field(1e-5, ge=0.0)
     """Peak learning rate of AdamW (reached after warmup_steps)."""
@@ -67,9 +66,41 @@ class ActorConfig(BaseModel):
     def _schedule_has_length(self) -> ActorConfig:
         if self.lr_schedule != "constant" and self.total_steps is None:
             raise ValueError(
-                f"lr_schedule={self.lr_schedule!r} needs total_steps (the schedule's length in optimizer "
-                "steps); set total_steps or use lr_schedule=constant"
+                f"actor.lr_schedule: got {self.lr_schedule!r} without actor.total_steps (the schedule's length "
+                "in optimizer steps); set actor.total_steps or actor.lr_schedule=constant"
             )
         if self.lora_rank > 0 and not self.lora_targets:
-            raise ValueError("lora_rank > 0 needs at least one module name in lora_targets")
+            raise ValueError("actor.lora_targets: empty with actor.lora_rank > 0 — name at least one linear module")
         return self
+
+class TrainConfig(Section):
+    """The training loop: steps, batch shape, validation, checkpoints and loggers."""
+
+    tasks: str = "bundled:warmup,easy"
+    """Training tasks (same forms as tasks.source: bundled[:tiers], swebench:..., harbor:..., dataset:...)."""
+    steps: int = Field(10, ge=1)
+    """Training steps (each: rollout -> grade -> advantages -> update -> sync)."""
+    tasks_per_step: int = Field(2, ge=1)
+    """Tasks rolled out per step (a deterministic shuffled pass over the training tasks)."""
+    group_size: int = Field(4, ge=1)
+    """Samples per task (G); group-relative advantages need G >= 2."""
+    max_refill_rounds: int = Field(2, ge=0)
+    """DAPO dynamic sampling: extra rollout rounds to replace groups whose rewards are all equal."""
+    val_tasks: str = ""
+    """Held-out validation tasks (empty = no validation)."""
+    val_every: int = Field(0, ge=0)
+    """Validate every N steps and after the last one (0 = only after the last, if val_tasks is set)."""
+    val_temperature: float = Field(0.0, ge=0.0)
+    """Sampling temperature of validation rollouts (0 = greedy)."""
+    save_every: int = Field(1, ge=1)
+    """Write a checkpoint every N steps (and after the last); `coderl train --resume` continues from the newest."""
+    weight_sync: Literal["auto", "full", "lora"] = "auto"
+    """How new weights reach the engine: full (the embedded engine in process; HTTP servers load a saved
+    checkpoint folder) or lora (a saved peft adapter folder through the server's load_lora_adapter API;
+    needs actor.lora_rank > 0). auto = lora for HTTP engines when actor.lora_rank > 0, else full."""
+    keep_checkpoints: int = Field(2, ge=1)
+    """Newest checkpoints kept on disk; older ones are deleted."""
+    loggers: list[Literal["tensorboard", "wandb"]] = []
+    """Extra metric sinks besides metrics.jsonl (tensorboard writes to <run dir>/tensorboard)."""
+    wandb_project: str = "coderl"
+    """W&B project name (loggers=[wandb])."""

@@ -3,8 +3,9 @@
 :class:`SampledLedger` wraps the engine during rollouts and remembers each completion's token ids
 under a digest of the exact prompt it answered. :meth:`SampledLedger.verify` then walks a trajectory:
 every run of mask-1 tokens must be exactly the ids the engine returned for the context before it
-(``prompt_ids + response_ids[:start]``). A trajectory that fails is never trained on: its tokens
-were not sampled by the policy, or its context is not what the engine saw.
+(``prompt_ids + response_ids[:start]``), with exactly the logprobs it returned for them. A trajectory
+that fails is never trained on: its tokens were not sampled by the policy, its context is not what
+the engine saw, or its logprobs are not the sampling distribution's (they weigh every token's update).
 """
 
 from __future__ import annotations
@@ -29,13 +30,15 @@ class SampledLedger(EngineView):
 
     def __init__(self, inner: Engine) -> None:
         super().__init__(inner)
-        self.sampled: dict[bytes, list[list[int]]] = {}
+        self.sampled: dict[bytes, list[tuple[list[int], list[float]]]] = {}
 
     async def generate(
         self, prompt_ids: list[int], params: SamplingParams, session_id: str | None = None
     ) -> Completion:
         completion = await self.inner.generate(prompt_ids, params, session_id=session_id)
-        self.sampled.setdefault(_digest(prompt_ids), []).append(list(completion.token_ids))
+        self.sampled.setdefault(_digest(prompt_ids), []).append(
+            (list(completion.token_ids), list(completion.logprobs))
+        )
         return completion
 
     def clear(self) -> None:
@@ -43,7 +46,7 @@ class SampledLedger(EngineView):
 
     def verify(self, traj: Trajectory) -> str | None:
         """None when every mask-1 run of ``traj`` is exactly what the engine sampled after exactly
-        that context; otherwise what is wrong."""
+        that context, with the logprobs it returned; otherwise what is wrong."""
         ids, mask = traj.response_ids, traj.response_mask
         if not (len(ids) == len(mask) == len(traj.logprobs)):
             return f"response_ids/mask/logprobs lengths differ: {len(ids)}/{len(mask)}/{len(traj.logprobs)}"
@@ -55,10 +58,14 @@ class SampledLedger(EngineView):
             j = i
             while j < len(ids) and mask[j] == 1:
                 j += 1
-            candidates = self.sampled.get(_digest(traj.prompt_ids + ids[:i]), [])
+            candidates = [c for c in self.sampled.get(_digest(traj.prompt_ids + ids[:i]), []) if c[0]]
             run = ids[i:j]
             # one call's tokens, or the start of the next call's too (no environment tokens between)
-            if not any(run[: len(c)] == c for c in candidates if c):
+            match = next((c for c in candidates if run[: len(c[0])] == c[0]), None)
+            if match is None:
                 return f"model tokens at response[{i}:{j}] were not sampled by the engine after that context"
-            i += next(len(c) for c in candidates if c and run[: len(c)] == c)
+            n = len(match[0])
+            if traj.logprobs[i : i + n] != match[1]:
+                return f"logprobs at response[{i}:{i + n}] are not the ones the engine returned with those tokens"
+            i += n
         return None

@@ -7,7 +7,7 @@ from typing import Any
 
 from coderl.errors import ConfigError
 from coderl.rundir import append_jsonl
-from coderl.train.settings import TrainConfig
+from coderl.train.config import TrainConfig
 
 
 def flatten(row: dict[str, Any], prefix: str = "") -> dict[str, float]:

