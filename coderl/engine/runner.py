@@ -5,9 +5,9 @@ sequence) are flattened into one ``[N, hidden]`` matrix, so every projection and
 matmul; only attention runs per sequence, against that sequence's own cache. This is what lets
 requests join and leave the batch at every step without padding.
 
-Supported: the Llama family as implemented in transformers (llama, mistral without sliding window,
-qwen2, qwen3 with its q/k norms). The model's own modules and rotary embedding are used, so the
-numerics match the Hugging Face forward pass.
+Supported: the Llama family as implemented in transformers (:mod:`coderl.engine.decoder`, whose
+projection and rotary embedding the trainer's packed forward shares). The model's own modules are
+used, so the numerics match the Hugging Face forward pass.
 """
 
 from __future__ import annotations
@@ -18,10 +18,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from coderl.engine.decoder import AttentionShape, project_qkv, rotary, unsupported_reason
 from coderl.engine.kv_cache import KVLayout, SequenceKV
 from coderl.errors import EngineError
-
-SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 
 
 @dataclass
@@ -33,41 +32,24 @@ class Chunk:
     want_logits: bool
 
 
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-
-
 class ModelRunner:
     """Stateless forward over chunks; the caches it writes belong to the caller."""
 
     def __init__(self, model: Any) -> None:
         """``model``: a transformers causal LM of a supported family (weights are used in place)."""
         cfg = model.config
-        if cfg.model_type not in SUPPORTED_MODEL_TYPES:
+        reason = unsupported_reason(cfg)
+        if reason is not None:
             raise EngineError(
-                f"the embedded engine does not support model_type {cfg.model_type!r}; supported: "
-                f"{', '.join(SUPPORTED_MODEL_TYPES)} (serve other models with vLLM or SGLang: engine.type=http)"
-            )
-        window = getattr(cfg, "sliding_window", None)
-        max_pos = int(getattr(cfg, "max_position_embeddings", 4096))
-        if window and getattr(cfg, "use_sliding_window", True) and window < max_pos:
-            raise EngineError(
-                f"sliding-window attention (window {window}) is not supported by the embedded engine; "
-                "serve this model with vLLM or SGLang (engine.type=http)"
+                f"the embedded engine cannot run this model: {reason} (serve it with vLLM or SGLang: engine.type=http)"
             )
         self.model = model
         inner = model.model
         self.embed = inner.embed_tokens
         self.layers = list(inner.layers)
         self.norm = inner.norm
-        self.rotary = inner.rotary_emb
         self.lm_head = model.lm_head
-        self.num_heads = int(cfg.num_attention_heads)
-        self.num_kv_heads = int(cfg.num_key_value_heads)
-        self.head_dim = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads)
-        self.scale = float(self.layers[0].self_attn.scaling)
-        self.qk_norm = hasattr(self.layers[0].self_attn, "q_norm")
+        self.shape = AttentionShape.of(model)
         self.vocab_size = int(cfg.vocab_size)
         self.max_position = int(getattr(cfg, "max_position_embeddings", 4096))
         param = next(model.parameters())
@@ -75,7 +57,7 @@ class ModelRunner:
         self.device = param.device
 
     def layout(self) -> KVLayout:
-        return KVLayout(len(self.layers), self.num_kv_heads, self.head_dim, self.dtype, self.device)
+        return KVLayout(len(self.layers), self.shape.kv_heads, self.shape.head_dim, self.dtype, self.device)
 
     @torch.inference_mode()
     def forward(self, chunks: list[Chunk]) -> torch.Tensor:
@@ -96,22 +78,12 @@ class ModelRunner:
         ids = torch.tensor(flat, dtype=torch.long, device=dev)  # [N]
         pos = torch.tensor(positions, dtype=torch.long, device=dev)  # [N]
         hidden = self.embed(ids)  # [N, E]
-        cos, sin = self.rotary(hidden[None], pos[None])  # [1, N, D] each
-        cos = cos[0, :, None, :]  # [N, 1, D]
-        sin = sin[0, :, None, :]  # [N, 1, D]
+        cos, sin = rotary(self.model, hidden, pos)  # [N, 1, D] each
         masks = [self._mask(end - start, past) for start, end, past in spans]
-        H, KVH, D = self.num_heads, self.num_kv_heads, self.head_dim
+        shape = self.shape
         for li, layer in enumerate(self.layers):
             attn = layer.self_attn
-            x = layer.input_layernorm(hidden)  # [N, E]
-            q = attn.q_proj(x).view(n_tok, H, D)  # [N, H, D]
-            k = attn.k_proj(x).view(n_tok, KVH, D)  # [N, KVH, D]
-            v = attn.v_proj(x).view(n_tok, KVH, D)  # [N, KVH, D]
-            if self.qk_norm:
-                q = attn.q_norm(q)
-                k = attn.k_norm(k)
-            q = q * cos + _rotate_half(q) * sin  # [N, H, D]
-            k = k * cos + _rotate_half(k) * sin  # [N, KVH, D]
+            q, k, v = project_qkv(attn, layer.input_layernorm(hidden), cos, sin, shape)  # [N, H|KVH, D]
             out = torch.empty_like(q)  # [N, H, D]
             for chunk, (start, end, past), mask in zip(chunks, spans, masks, strict=True):
                 data = chunk.kv.data
@@ -125,10 +97,10 @@ class ModelRunner:
                     data[li, 1, :, :total],  # [KVH, T, D]
                     attn_mask=mask,
                     is_causal=mask is None and end - start > 1,
-                    scale=self.scale,
-                    enable_gqa=H != KVH,
+                    scale=shape.scale,
+                    enable_gqa=shape.heads != shape.kv_heads,
                 ).transpose(0, 1)  # [n, H, D]
-            hidden = hidden + attn.o_proj(out.view(n_tok, H * D))  # [N, E]
+            hidden = hidden + attn.o_proj(out.view(n_tok, shape.heads * shape.head_dim))  # [N, E]
             hidden = hidden + layer.mlp(layer.post_attention_layernorm(hidden))  # [N, E]
         rows = [end - 1 for chunk, (_, end, _) in zip(chunks, spans, strict=True) if chunk.want_logits]
         for chunk in chunks:

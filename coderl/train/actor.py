@@ -35,7 +35,7 @@ from typing import Any
 import torch
 
 from coderl.checkpoint import load_model, load_tokenizer, resolve_checkpoint, torch_device, torch_dtype
-from coderl.engine.runner import SUPPORTED_MODEL_TYPES
+from coderl.engine.decoder import unsupported_reason
 from coderl.engine.sampler import effective_temperature, token_logprobs
 from coderl.errors import ConfigError, ModelError
 from coderl.train.config import ActorConfig
@@ -115,10 +115,10 @@ class Actor:
         self.compute_dtype = torch_dtype(cfg.dtype)
         self._source = resolve_checkpoint(self.model_path, self.cache_dir)
         hf = load_model(self._source, torch.float32, self.device)  # float32 master weights
-        if cfg.packing and hf.config.model_type not in SUPPORTED_MODEL_TYPES:
+        reason = unsupported_reason(hf.config) if cfg.packing else None
+        if reason is not None:
             raise ModelError(
-                f"packed forward does not support model_type {hf.config.model_type!r}; supported: "
-                f"{', '.join(SUPPORTED_MODEL_TYPES)} (set packing=false to use the plain HF forward)"
+                f"the packed forward cannot run this model: {reason} (set actor.packing=false to use the plain HF forward)"
             )
         if self.with_value_head and not cfg.packing:
             raise ConfigError(

@@ -2,10 +2,10 @@
 
 All tokens of a micro-batch are flattened into one ``[N, hidden]`` matrix, so every projection and
 MLP runs as one matmul over exactly the N real tokens; only attention runs per sequence (causal).
-The model's own modules are called (``attn.q_proj(x)`` and so on), so the numerics match the HF
-forward and peft's LoRA layers, which wrap those modules, work unchanged. Same family support as the
-engine's :class:`coderl.engine.runner.ModelRunner` (llama, mistral without sliding window, qwen2,
-qwen3), whose inference forward this mirrors without the KV cache.
+The projections and rotary embeddings are the engine's (:mod:`coderl.engine.decoder`, shared with
+:class:`coderl.engine.runner.ModelRunner`, whose inference forward this mirrors without the KV
+cache): the model's own modules are called, so the numerics match the HF forward and peft's LoRA
+layers, which wrap those modules, work unchanged.
 
 A sequence of L tokens with scoring start s is forwarded as its first L - 1 tokens (the last token
 predicts nothing that is scored); the hidden states at positions s - 1 .. L - 2 predict tokens
@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
+from coderl.engine.decoder import AttentionShape, project_qkv, rotary
 from coderl.errors import ConfigError
 
 
@@ -170,11 +171,6 @@ def padded_logits(
     return torch.cat(rows, dim=0), len(sequences) * width  # [M, V]
 
 
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-
-
 class PackedDecoder:
     """Forward of a transformers Llama-family causal LM over a :class:`PackedBatch`, keeping autograd.
 
@@ -182,24 +178,15 @@ class PackedDecoder:
     """
 
     def __init__(self, model: Any) -> None:
-        cfg = model.config
-        inner = model.model
         self.model = model
-        self.layers = list(inner.layers)
-        self.num_heads = int(cfg.num_attention_heads)
-        self.num_kv_heads = int(cfg.num_key_value_heads)
-        self.head_dim = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads)
-        attn = self.layers[0].self_attn
-        self.scale = float(attn.scaling)
-        self.qk_norm = hasattr(attn, "q_norm")
+        self.layers = list(model.model.layers)
+        self.shape = AttentionShape.of(model)
 
     def hidden(self, batch: PackedBatch, gradient_checkpointing: bool = False) -> torch.Tensor:
         """Final-normed hidden states of the scored rows ``[M, E]`` (input of the lm_head)."""
         inner = self.model.model
         hidden = inner.embed_tokens(batch.input_ids)  # [N, E]
-        cos, sin = inner.rotary_emb(hidden[None], batch.positions[None])  # [1, N, D] each
-        cos = cos[0, :, None, :]  # [N, 1, D]
-        sin = sin[0, :, None, :]  # [N, 1, D]
+        cos, sin = rotary(self.model, hidden, batch.positions)  # [N, 1, D] each
         for layer in self.layers:
             if gradient_checkpointing and torch.is_grad_enabled():
                 hidden = checkpoint(self._layer, layer, hidden, cos, sin, batch.spans, use_reentrant=False)
@@ -216,20 +203,13 @@ class PackedDecoder:
         spans: list[tuple[int, int, tuple[int, int] | None]],
     ) -> torch.Tensor:
         n_tok = hidden.shape[0]
-        H, KVH, D = self.num_heads, self.num_kv_heads, self.head_dim
         attn = layer.self_attn
-        x = layer.input_layernorm(hidden)  # [N, E]
-        q = attn.q_proj(x).view(n_tok, H, D)  # [N, H, D]
-        k = attn.k_proj(x).view(n_tok, KVH, D)  # [N, KVH, D]
-        v = attn.v_proj(x).view(n_tok, KVH, D)  # [N, KVH, D]
-        if self.qk_norm:
-            q = attn.q_norm(q)
-            k = attn.k_norm(k)
-        q = q * cos + _rotate_half(q) * sin  # [N, H, D]
-        k = k * cos + _rotate_half(k) * sin  # [N, KVH, D]
+        q, k, v = project_qkv(attn, layer.input_layernorm(hidden), cos, sin, self.shape)  # [N, H|KVH, D]
         outs = [self._attend(q, k, v, start, end, prefix) for start, end, prefix in spans if end > start]
-        out = torch.cat(outs, dim=0) if outs else q.new_zeros((0, H, D))  # [N, H, D]
-        hidden = hidden + attn.o_proj(out.reshape(n_tok, H * D))  # [N, E]
+        out = (
+            torch.cat(outs, dim=0) if outs else q.new_zeros((0, self.shape.heads, self.shape.head_dim))
+        )  # [N, H, D]
+        hidden = hidden + attn.o_proj(out.reshape(n_tok, self.shape.heads * self.shape.head_dim))  # [N, E]
         return hidden + layer.mlp(layer.post_attention_layernorm(hidden))  # [N, E]
 
     def _attend(
@@ -243,7 +223,6 @@ class PackedDecoder:
     ) -> torch.Tensor:
         """Attention of one segment's rows ``[n, H, D]``: causal over itself, after a shared prefix
         (every prefix key visible) when it has one."""
-        H, KVH = self.num_heads, self.num_kv_heads
         keys, values = k[start:end], v[start:end]  # [n, KVH, D]
         mask: torch.Tensor | None = None
         if prefix is not None:
@@ -259,6 +238,6 @@ class PackedDecoder:
             values[None].transpose(1, 2),  # [1, KVH, S, D]
             attn_mask=mask,
             is_causal=mask is None and end - start > 1,
-            scale=self.scale,
-            enable_gqa=H != KVH,
+            scale=self.shape.scale,
+            enable_gqa=self.shape.heads != self.shape.kv_heads,
         )[0].transpose(0, 1)  # [n, H, D]
