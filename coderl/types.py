@@ -66,6 +66,9 @@ class Task:
     """junit: per-test results from a JUnit report; harbor: tests/test.sh writes /logs/verifier/reward.txt|json."""
     timeout_s: float = 120.0
     """Wall-clock limit of the grading run."""
+    env: dict[str, str] = field(default_factory=dict)
+    """Environment variables of every sandbox of this task, the agent's and the grader's (e.g.
+    ``PYTEST_DISABLE_PLUGIN_AUTOLOAD=1`` for tests that need no third-party pytest plugins)."""
     metadata: dict[str, object] = field(default_factory=dict)
 
 

@@ -117,7 +117,6 @@ async def bench_rollout(
 
 
 async def _model_eval(cfg: Config, quick: bool) -> dict[str, Any]:
-    from coderl.checkpoint import load_tokenizer, resolve_checkpoint
     from coderl.engine import create_engine
     from coderl.rollout.report import build_report
 
@@ -130,7 +129,7 @@ async def _model_eval(cfg: Config, quick: bool) -> dict[str, Any]:
     )
     engine = create_engine(cfg.engine, cfg.model, seed=cfg.run.seed)
     await engine.start()
-    chat = ChatFormat(load_tokenizer(resolve_checkpoint(cfg.model.path, cfg.model.cache_dir)))
+    chat = ChatFormat.for_model(cfg.model)
     settings = RolloutSettings(agent="swe", max_engine_requests=16, max_sandboxes=16, grade=True)
     t0 = time.perf_counter()
     try:

@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import json
 from collections import OrderedDict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from coderl.chat.parse import ParsedCompletion, ToolFormat, parse_completion
 from coderl.chat.tools import Message, arguments_dict, to_hermes_messages
 from coderl.errors import ChatError
+
+if TYPE_CHECKING:
+    from coderl.engine.config import ModelConfig
 
 # Stand-in conversation that new messages are rendered after, so the template emits exactly the text
 # that follows a closed assistant turn. The marker is unlikely to occur in any template's own text.
@@ -44,6 +47,15 @@ class ChatFormat:
         self._base_text: dict[str, str] = {}
         self._encoded: OrderedDict[str, list[int]] = OrderedDict()
         self._trailer = self._assistant_trailer()
+
+    @classmethod
+    def for_model(cls, model: ModelConfig | None = None, tool_format: ToolFormat = "auto") -> ChatFormat:
+        """The chat format of the configured model's tokenizer (``model.path``; the default model
+        when empty), loaded from its local checkpoint folder."""
+        from coderl.checkpoint import load_tokenizer, resolve_checkpoint
+
+        folder = resolve_checkpoint(model.path, model.cache_dir) if model is not None else resolve_checkpoint()
+        return cls(load_tokenizer(folder), tool_format)
 
     # ------------------------------------------------------------------ rendering
     def render_text(

@@ -30,7 +30,6 @@ def run_rollout(ns: argparse.Namespace) -> int:
 
 
 async def _run(cfg: Config, command: str, grade: bool) -> int:
-    from coderl.checkpoint import load_tokenizer, resolve_checkpoint
 
     console = Console(stderr=True)
     tasks = load_tasks(cfg.tasks.source)
@@ -38,7 +37,7 @@ async def _run(cfg: Config, command: str, grade: bool) -> int:
     engine = create_engine(cfg.engine, cfg.model, seed=cfg.run.seed)
     with console.status("starting the engine"):
         await engine.start()
-    chat = ChatFormat(load_tokenizer(resolve_checkpoint(cfg.model.path, cfg.model.cache_dir)))
+    chat = ChatFormat.for_model(cfg.model)
     contexts = ContextFactory(cfg.rollout, cfg.sandbox, chat)
     settings = RolloutSettings.from_config(cfg.rollout, cfg.tasks, grade=grade)
     groups = task_groups(tasks, cfg.rollout.group_size)

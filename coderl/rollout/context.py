@@ -41,10 +41,11 @@ class ContextFactory:
         )
 
     async def make_sandbox(self, task: Task) -> Sandbox:
-        """A sandbox holding ``task``'s snapshot at its workdir."""
-        return await create_sandbox(
-            self.sandbox.model_copy(update={"workspace": task.repo, "workdir": task.workdir})
-        )
+        """A sandbox holding ``task``'s snapshot at its workdir, with the task's environment variables."""
+        fields: dict[str, object] = {"workspace": task.repo, "workdir": task.workdir}
+        if task.env:
+            fields["env"] = {**self.sandbox.env, **task.env}
+        return await create_sandbox(self.sandbox.model_copy(update=fields))
 
     def __call__(self, engine: Engine, group_id: str, baselines: BaselineCache) -> AgentContext:
         r = self.rollout

@@ -14,6 +14,8 @@ COLUMNS = (
     "id", "tier", "source", "instruction", "fail_to_pass", "pass_to_pass", "hidden_tests", "test_patch",
     "gold_patch", "workdir", "test_command", "verifier", "timeout_s", "metadata", "repo_archive",
 )  # fmt: skip
+OPTIONAL = ("env",)
+"""Columns added later: a dataset written before them still reads (with their defaults)."""
 
 
 def write_parquet(tasks: list[Task], path: Path) -> None:
@@ -36,6 +38,7 @@ def write_parquet(tasks: list[Task], path: Path) -> None:
             "verifier": t.verifier,
             "timeout_s": t.timeout_s,
             "metadata": json.dumps(t.metadata, default=str),
+            "env": json.dumps(t.env),
             "repo_archive": pack_folder(t.repo) if t.repo.is_dir() else t.repo.read_bytes(),
         }
         for t in tasks
@@ -74,6 +77,7 @@ def read_parquet(path: Path) -> list[Task]:
                 verifier=row["verifier"],
                 timeout_s=float(row["timeout_s"]),
                 metadata=json.loads(row["metadata"] or "{}"),
+                env=json.loads(row.get("env") or "{}"),
             )
         )
     return tasks

@@ -55,7 +55,7 @@ async def grade(
     """Grade ``patch`` (a unified diff against the task snapshot; may be empty) on ``task``."""
     start = time.perf_counter()
     base = spec or SandboxSpec()
-    box_spec = base.model_copy(update=_spec_fields(task))
+    box_spec = base.model_copy(update=_spec_fields(task, base.env))
     protected = set(task.hidden_tests) | {p.path for p in split_patch(task.test_patch or "")}
     filtered, discarded = without_test_changes(patch or "", protected)
     result = GradeResult(task.id, False, 0.0, patch_applied=True, discarded_test_files=discarded)
@@ -85,8 +85,10 @@ async def grade(
     return result
 
 
-def _spec_fields(task: Task) -> dict[str, Any]:
+def _spec_fields(task: Task, base_env: dict[str, str]) -> dict[str, Any]:
     fields: dict[str, Any] = {"workspace": task.repo, "workdir": task.workdir}
+    if task.env:
+        fields["env"] = {**base_env, **task.env}
     if task.verifier == "harbor":
         fields["mounts"] = {"/tests": ".coderl-harbor/tests", "/logs": ".coderl-harbor/logs"}
     return fields

@@ -43,9 +43,12 @@ async def check_task(task: Task, spec: SandboxSpec | None = None) -> TaskCheck:
         cases.insert(0, ("gold", task.gold_patch, True))
     elif task.verifier == "junit":
         check.problems.append("no gold patch")
+    empty = None
     for name, patch, should_resolve in cases:
         result = await grade(task, patch, spec)
         check.seconds[name] = round(result.duration_s, 2)
+        if name == "empty":
+            empty = result
         if result.resolved != should_resolve:
             detail = {**result.fail_to_pass, **result.pass_to_pass}
             bad = {k: v for k, v in detail.items() if v != "passed"} if should_resolve else {}
@@ -54,8 +57,7 @@ async def check_task(task: Task, spec: SandboxSpec | None = None) -> TaskCheck:
                 + (f": {bad}" if bad else "")
                 + (f" ({result.error})" if result.error else "")
             )
-    if task.gold_patch is not None and task.verifier == "junit":
-        empty = await grade(task, "", spec)
+    if empty is not None and task.gold_patch is not None and task.verifier == "junit":
         still_passing = [t for t, v in empty.fail_to_pass.items() if v == "passed"]
         if still_passing:
             check.problems.append(f"FAIL_TO_PASS tests pass without the fix: {still_passing}")

@@ -30,7 +30,6 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from coderl.chat import ChatFormat
-from coderl.checkpoint import load_tokenizer, resolve_checkpoint
 from coderl.config import Config
 from coderl.engine import create_engine
 from coderl.engine.base import Engine
@@ -96,7 +95,7 @@ class Trainer:
             await asyncio.to_thread(self.actor.setup)
             self.engine = create_engine(cfg.engine, cfg.model, seed=cfg.run.seed)
             await self.engine.start()
-        chat = ChatFormat(load_tokenizer(resolve_checkpoint(cfg.model.path, cfg.model.cache_dir)))
+        chat = ChatFormat.for_model(cfg.model)
         self.contexts = ContextFactory(cfg.rollout, cfg.sandbox, chat)
         self.ledger = SampledLedger(self.engine)
         found = checkpoints.latest(self.run_dir) if resume else None
