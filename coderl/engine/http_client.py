@@ -122,6 +122,9 @@ class HTTPEngine(Engine):
                 completion = parse_vllm_completions(body, len(prompt_ids), self._version)
         finally:
             self._in_flight -= 1
+        # a coderl server reports its version in every dialect's answer; upstream servers never do,
+        # and then the completion carries this client's own count (so this changes nothing)
+        self._version = max(self._version, completion.policy_version)
         completion.replica = self.name
         return completion
 
