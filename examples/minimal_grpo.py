@@ -58,9 +58,9 @@ def grpo_update(
     return {**stats, "mismatch": mismatch}
 
 
-async def main(steps: int, group_size: int, task_id: str) -> None:
+async def main(steps: int, group_size: int, task_id: str, max_turns: int = 3, max_tokens: int = 48) -> None:
     cfg = Config.model_validate(
-        {"rollout": {"agent": "swe", "max_turns": 3, "max_tokens": 48, "response_prefix": PREFIX}}
+        {"rollout": {"agent": "swe", "max_turns": max_turns, "max_tokens": max_tokens, "response_prefix": PREFIX}}
     )
     task = load_tasks(f"bundled:{task_id}")[0]
     # 1. The policy twice: the engine samples, the actor (a Hugging Face model) learns.
@@ -106,5 +106,7 @@ if __name__ == "__main__":
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--group-size", type=int, default=4)
     parser.add_argument("--task", default="collkit-001", help="a bundled task id (coderl tasks list)")
+    parser.add_argument("--max-turns", type=int, default=3, help="model calls per rollout")
+    parser.add_argument("--max-tokens", type=int, default=48, help="tokens per model call")
     args = parser.parse_args()
-    asyncio.run(main(args.steps, args.group_size, args.task))
+    asyncio.run(main(args.steps, args.group_size, args.task, args.max_turns, args.max_tokens))

@@ -11,4 +11,5 @@ if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = "0" ] && command -v a
 fi
 echo "[test] ruff"; "$PY" -m ruff check coderl tests examples
 echo "[test] mypy"; "$PY" -m mypy
-echo "[test] pytest"; "$PY" -m pytest -q -p no:cacheprovider "$@"
+# --durations: the slowest tests stay visible, so the suite's length does not creep up unnoticed
+echo "[test] pytest"; "$PY" -m pytest -q -p no:cacheprovider --durations=25 "$@"

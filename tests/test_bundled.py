@@ -10,7 +10,7 @@ import pytest
 
 from coderl.cli.main import main
 from coderl.tasks import load_tasks
-from coderl.tasks.native import TIERS
+from coderl.tasks.native import HAND_WRITTEN
 from coderl.tasks.validate import validate_tasks
 
 pytestmark = pytest.mark.slow
@@ -20,7 +20,7 @@ def test_suite_shape() -> None:
     tasks = load_tasks("bundled")
     assert len(tasks) >= 30
     tiers = Counter(t.tier for t in tasks)
-    assert set(tiers) == set(TIERS), tiers
+    assert set(tiers) == set(HAND_WRITTEN), tiers
     assert len({t.metadata["repo_name"] for t in tasks}) >= 3
     for t in tasks:
         assert t.fail_to_pass and t.pass_to_pass and t.gold_patch

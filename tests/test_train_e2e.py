@@ -27,6 +27,7 @@ SMALL = [
     "rollout.agent=single_turn",
     "rollout.max_tokens=24",
     "actor.lr=1e-5",
+    "train.val_tasks=none",
 ]
 REQUIRED = ("step", "reward_mean", "pass_rate", "logprob_mismatch", "kl", "entropy", "grad_norm", "stage_s")
 
@@ -50,7 +51,8 @@ def _finish(proc: subprocess.Popen[str], timeout: float = 600) -> str:
 def test_train_with_gae_killed_and_resumed_loses_nothing(tmp_path: Path) -> None:
     """PPO with a value head (GAE) here, so the resume must also bring the critic back."""
     run = tmp_path / "run"
-    proc = _train(*SMALL, "algo.advantage=gae", "algo.lam=0.95", f"run.dir={run}")
+    heldout = ["train.val_tasks=", "train.val_size=2", "train.val_samples=2"]  # held out of the warm-up tier
+    proc = _train(*SMALL, *heldout, "algo.advantage=gae", "algo.lam=0.95", f"run.dir={run}")
     deadline = time.monotonic() + 600
     while not (run / "checkpoints" / "step-000001" / "trainer.json").is_file():
         assert proc.poll() is None, proc.communicate()[0]
@@ -63,8 +65,16 @@ def test_train_with_gae_killed_and_resumed_loses_nothing(tmp_path: Path) -> None
 
     out = _finish(_train("--resume", str(run)))
     assert "resumed from" in out and "report:" in out
-    rows = checkpoints.read_metrics(run / "metrics.jsonl")
-    assert [r["step"] for r in rows] == [1, 2, 3]  # every step once, none lost, none twice
+    every = checkpoints.read_metrics(run / "metrics.jsonl")
+    assert [r["step"] for r in every] == [0, 1, 2, 3]  # held-out validation once before any update
+    start, rows = every[0], every[1:]  # every training step once, none lost, none twice
+    for held in (start, rows[-1]):  # held-out pass@1 at the start and the end, with its 95% interval
+        lo, hi = held["val_pass_at_1_ci95"]
+        assert 0 <= lo <= held["val_pass_at_1"] <= hi <= 1 and hi > 0
+        assert held["val_tasks"] == 2 and held["val_samples"] == 2
+    assert "val_pass_at_1" not in rows[0] and start["policy_version"] == 0
+    assert len(read_trajectories(run / "validation" / "step-000000")) == 4
+    assert "held-out pass@1 (start -> end)" in out
     for row in rows:
         assert all(k in row for k in REQUIRED), sorted(row)
         assert row["token_mismatch"] == 0
@@ -89,7 +99,7 @@ def test_train_with_gae_killed_and_resumed_loses_nothing(tmp_path: Path) -> None
 def test_minimal_grpo_example_runs() -> None:
     example = Path(__file__).resolve().parent.parent / "examples" / "minimal_grpo.py"
     proc = subprocess.run(
-        [sys.executable, str(example), "--steps", "1", "--group-size", "2"],
+        [sys.executable, str(example), "--steps", "1", "--group-size", "2", "--max-turns", "2", "--max-tokens", "16"],
         capture_output=True,
         text=True,
         timeout=600,
@@ -109,20 +119,18 @@ def test_minimal_grpo_example_runs() -> None:
     ],
 )
 def test_train_syncs_weights_into_an_http_engine_server(
-    tmp_path: Path, sync: str, api: str, extra: list[str]
+    tmp_path: Path, sync: str, api: str, extra: list[str], tokenizer: object
 ) -> None:
-    from tests.servers import free_port, wait_healthy
+    from coderl.checkpoint import DEFAULT_MODEL_NAME
+    from coderl.config import EngineConfig, ModelConfig
+    from coderl.engine.embedded import EmbeddedEngine
+    from coderl.engine.server import create_app
+    from tests.servers import serve
 
-    port = free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "coderl.cli.main", "engine", "serve", f"server.port={port}"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        url = f"http://127.0.0.1:{port}"
-        wait_healthy(f"{url}/health", server)
-        run = tmp_path / "run"
+    # the app `coderl engine serve` runs, on a fresh engine of its own (its weights are overwritten)
+    app = create_app(EmbeddedEngine(EngineConfig(max_batch_size=4), ModelConfig()), DEFAULT_MODEL_NAME, tokenizer)
+    run = tmp_path / "run"
+    with serve(app) as url:
         args = [a for a in SMALL if not a.startswith(("train.steps", "actor.lr"))]
         _finish(
             _train(
@@ -135,9 +143,6 @@ def test_train_syncs_weights_into_an_http_engine_server(
                 f"run.dir={run}",
             )
         )
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
     rows = checkpoints.read_metrics(run / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2]
     # step 2 was sampled by the server after it loaded step 1's weights from disk: the trainer, which

@@ -191,7 +191,7 @@ def test_report_has_a_chart_per_metric_family(tmp_path: Path) -> None:
     path = write_report(tmp_path, rows, {"steps": 3})
     page = path.read_text()
     assert path.name == "report.html" and page.count("<svg") >= 5
-    for title in ("Reward and pass rate", "KL and entropy", "Stage times"):
+    for title in ("Training reward and pass rate", "KL and entropy", "Stage times"):
         assert title in page
     assert "stage_s/rollout" in page and "reward_mean" in page
 

@@ -96,7 +96,7 @@ def bench_train(
     cfg: Config, quick: bool = False, default_step: bool = True, console: Console | None = None
 ) -> dict[str, Any]:
     console = console or Console(stderr=True)
-    size, lo, hi, rounds = (4, 64, 512, 1) if quick else (8, 128, 1024, 3)
+    size, lo, hi, rounds = (3, 32, 192, 1) if quick else (8, 128, 1024, 3)
     actors = {
         mode: Actor(
             cfg.actor.model_copy(update={"packing": mode == "packed"}),
@@ -157,7 +157,7 @@ def _one_default_step(cfg: Config, console: Console) -> dict[str, Any]:
 
     with tempfile.TemporaryDirectory(prefix="coderl-bench-train-") as tmp:
         run_dir = Path(tmp)
-        one = cfg.model_copy(update={"train": cfg.train.model_copy(update={"steps": 1, "val_tasks": ""})})
+        one = cfg.model_copy(update={"train": cfg.train.model_copy(update={"steps": 1, "val_tasks": "none"})})
         asyncio.run(Trainer(one, run_dir, console).run())
         row = json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[0])
     return {

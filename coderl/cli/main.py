@@ -137,6 +137,28 @@ def build_parser() -> argparse.ArgumentParser:
     _config_args(p)
     p.set_defaults(func=_lazy("coderl.cli.tasks_cmd", "run_tasks_convert"))
 
+    p = tasks.add_parser(
+        "synth",
+        help="synthesise validated bug-fix tasks from any Python repository with a passing pytest suite",
+        description="Seeded AST mutations of REPO's library code, kept when its own tests catch them (some "
+        "fail, some still pass); each becomes a task in OUT_DIR (native format: OUT_DIR/repos/<name>, "
+        "OUT_DIR/tasks/<name>-sNNN) whose catching tests are withheld from the agent and run only at grading. "
+        "Every task is validated; drops are counted in OUT_DIR/synth-<name>.json. Use with tasks.source=native:OUT_DIR.",
+    )
+    p.add_argument("repo", help="a folder holding a Python repository with a pytest suite")
+    p.add_argument("out", help="the suite folder to write (created; a bundled-style suite)")
+    _config_args(p)
+    p.add_argument("--n", type=int, default=50, help="tasks wanted (default 50)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the mutation order (default 0)")
+    p.add_argument("--tier", default="synth", help="tier of the tasks (default synth)")
+    p.add_argument("--name", help="repository name in OUT_DIR/repos (default: REPO's folder name)")
+    p.add_argument("--concurrency", type=int, default=2, help="sandboxes running mutants at once (default 2)")
+    p.add_argument("--max-tries", type=int, help="most mutants to run (default: until --n are kept)")
+    p.add_argument("--timeout", type=float, default=60.0, help="seconds one test-suite run may take")
+    p.add_argument("--no-validate", action="store_true", help="skip proving each task (faster; not for shipping)")
+    p.add_argument("--json", action="store_true", help="print the summary as one JSON object on stdout")
+    p.set_defaults(func=_lazy("coderl.cli.tasks_cmd", "run_tasks_synth"))
+
     sandbox = sub.add_parser("sandbox", help="sandbox servers").add_subparsers(
         dest="sandbox_cmd", metavar="CMD"
     )

@@ -79,3 +79,38 @@ def run_tasks_convert(ns: argparse.Namespace) -> int:
     write_parquet(tasks, out)
     Console(stderr=True).print(f"wrote {len(tasks)} tasks to {out}")
     return 0
+
+
+def run_tasks_synth(ns: argparse.Namespace) -> int:
+    from coderl.tasks.synth.build import SynthOptions, synthesize
+
+    cfg = config_from_args(ns)
+    opts = SynthOptions(
+        n=ns.n, seed=ns.seed, tier=ns.tier, concurrency=ns.concurrency, max_tries=ns.max_tries,
+        timeout_s=ns.timeout, validate=not ns.no_validate,
+    )  # fmt: skip
+    console = Console(stderr=True)
+    with Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
+        TimeElapsedColumn(), console=console,
+    ) as progress:  # fmt: skip
+        bar = progress.add_task("mutants kept", total=opts.n, info="")
+        check = progress.add_task("validated", total=None, info="", visible=False)
+
+        def on_progress(stage: str, state: Any) -> None:
+            if stage == "mutants":
+                tried = sum(state.tried.values())
+                progress.update(bar, completed=len(state.kept), info=f"{tried} mutants run")
+            else:
+                progress.update(check, advance=1, visible=True, total=len(state.kept))
+
+        summary = asyncio.run(synthesize(Path(ns.repo), Path(ns.out), opts, cfg.sandbox, ns.name, on_progress))
+    if ns.json:
+        print(json.dumps(summary))
+        return 0
+    dropped = ", ".join(f"{k} {v}" for k, v in summary["dropped"].items())
+    console.print(
+        f"{summary['kept']} tasks in {ns.out}/tasks ({summary['tried']} of {summary['mutation_sites']} mutants run; "
+        f"dropped: {dropped}); load them with tasks.source=native:{ns.out}"
+    )
+    return 0 if summary["kept"] else 1

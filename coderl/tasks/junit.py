@@ -8,9 +8,21 @@ bare name. Printed "PASSED" text is never read.
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
+from dataclasses import dataclass
 from typing import Literal
 
 Outcome = Literal["passed", "failed", "error", "skipped"]
+
+
+@dataclass
+class JUnitCase:
+    """One test case of a report: its pytest node id, outcome, and for a failure its message and
+    traceback text (what synthesised tasks quote in their issue text)."""
+
+    node_id: str
+    outcome: Outcome
+    message: str = ""
+    text: str = ""
 
 
 def parse_junit(xml_text: str) -> dict[str, Outcome]:
@@ -33,6 +45,30 @@ def parse_junit(xml_text: str) -> dict[str, Outcome]:
             if results.get(key) in (None, "passed", "skipped"):
                 results[key] = outcome
     return results
+
+
+def junit_cases(xml_text: str) -> list[JUnitCase]:
+    """Every test case of a report, in order, keyed by its pytest node id (``file::Class::name``
+    when the report names the file, as pytest's xunit1 family does; else ``classname.name``)."""
+    try:
+        root = ET.fromstring(xml_text)
+    except ET.ParseError:
+        return []
+    cases: list[JUnitCase] = []
+    for case in root.iter("testcase"):
+        keys = _keys(case.get("classname", ""), case.get("name", ""), case.get("file"))
+        node = keys[3] if len(keys) > 3 else keys[1]
+        outcome: Outcome = "passed"
+        detail = None
+        for tag in ("failure", "error", "skipped"):
+            detail = case.find(tag)
+            if detail is not None:
+                outcome = "failed" if tag == "failure" else tag  # type: ignore[assignment]
+                break
+        message = detail.get("message", "") if detail is not None else ""
+        text = (detail.text or "") if detail is not None else ""
+        cases.append(JUnitCase(node, outcome, message, text))
+    return cases
 
 
 def _keys(classname: str, name: str, file: str | None) -> list[str]:

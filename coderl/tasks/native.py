@@ -17,7 +17,9 @@ from coderl.errors import TaskError
 from coderl.tasks.snapshot import reverse_applied
 from coderl.types import Task
 
-TIERS = ("warmup", "easy", "medium", "hard")
+TIERS = ("warmup", "easy", "medium", "hard", "synth")
+HAND_WRITTEN = ("warmup", "easy", "medium", "hard")
+"""The tiers ``bundled`` (with no selector) means: the hand-written suite, the held-out evaluation."""
 BUNDLED_ROOT = Path(__file__).parent / "bundled"
 BUNDLED_ENV = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
 """The bundled libraries' tests need no third-party pytest plugins; loading the ones installed beside
@@ -52,10 +54,20 @@ def load_native_task(folder: Path, source: str = "native", suite_env: dict[str, 
         for p in sorted((folder / "tests").rglob("*"))
         if p.is_file() and "__pycache__" not in p.parts
     }
-    if not hidden:
-        raise TaskError(f"{folder}: no hidden tests under tests/")
+    withheld = [str(w) for w in meta.get("withheld") or []]
     if (folder / "repo").is_dir():
+        if withheld:
+            raise TaskError(
+                f"{meta_path}: withheld names files of a shared pristine repo; this task has its own repo/"
+            )
         repo = folder / "repo"
+        if not hidden:
+            raise TaskError(f"{folder}: no hidden tests under tests/")
+        leaked = sorted(path for path in hidden if (repo / path).exists())
+        if leaked:
+            raise TaskError(
+                f"{folder}: the snapshot repo/ holds hidden tests {leaked}; remove them from repo/"
+            )
     else:
         name = str(meta.get("repo", ""))
         pristine = folder.parent.parent / "repos" / name
@@ -67,7 +79,14 @@ def load_native_task(folder: Path, source: str = "native", suite_env: dict[str, 
             raise TaskError(
                 f"{folder}: a task on a shared pristine repo needs gold.patch to make its snapshot"
             )
-        repo = reverse_applied(pristine, gold, str(meta["id"]))
+        for path in withheld:  # the pristine repo's own tests that catch this bug: hidden from the agent
+            if not (pristine / path).is_file():
+                raise TaskError(f"{meta_path}: withheld file {path!r} is not in {pristine}")
+            hidden[path] = (pristine / path).read_text()
+        if not hidden:
+            raise TaskError(f"{folder}: no hidden tests (tests/ or withheld)")
+        # the snapshot never holds a hidden test: withheld files are removed from it
+        repo = reverse_applied(pristine, gold, str(meta["id"]), remove=sorted(hidden))
     return Task(
         id=str(meta["id"]),
         instruction=str(meta["instruction"]).strip(),
@@ -82,7 +101,7 @@ def load_native_task(folder: Path, source: str = "native", suite_env: dict[str, 
         test_command=meta.get("test_command"),
         timeout_s=float(meta.get("timeout_s", 120.0)),
         env={**suite_env, **_env(meta.get("env"), meta_path)},
-        metadata={"repo_name": meta.get("repo", "")},
+        metadata={**(meta.get("metadata") or {}), "repo_name": meta.get("repo", "")},
     )
 
 
@@ -100,14 +119,15 @@ def load_native_folder(
 
 
 def load_bundled(selector: str = "") -> list[Task]:
-    """The bundled suite; ``selector`` is empty (all), tiers (``warmup,easy``) or task ids."""
+    """The bundled suite; ``selector`` is empty (the hand-written tiers), tiers (``warmup,easy``,
+    ``synth``) or task ids."""
     tasks = (
         load_native_folder(BUNDLED_ROOT, source="bundled", suite_env=BUNDLED_ENV)
         if (BUNDLED_ROOT / "tasks").is_dir()
         else []
     )
     if not selector:
-        return tasks
+        return [t for t in tasks if t.tier in HAND_WRITTEN]
     wanted = {s.strip() for s in selector.split(",") if s.strip()}
     unknown = wanted - set(TIERS) - {t.id for t in tasks}
     if unknown:

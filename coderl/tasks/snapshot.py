@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import os
@@ -28,9 +29,19 @@ def snapshot_dir(key: str) -> Path:
     return cache_root() / "snapshots" / key
 
 
-def reverse_applied(pristine: Path, patch: str, task_id: str) -> Path:
-    """The pristine repository with ``patch`` applied in reverse (the buggy starting point), cached."""
-    key = hashlib.sha256((tree_digest(pristine) + patch).encode()).hexdigest()[:20]
+@functools.lru_cache(maxsize=64)
+def _pristine_digest(folder: str) -> str:
+    """tree_digest of a pristine repository, once per process (hundreds of tasks share one)."""
+    return tree_digest(Path(folder))
+
+
+def reverse_applied(pristine: Path, patch: str, task_id: str, remove: list[str] | None = None) -> Path:
+    """The pristine repository with ``patch`` applied in reverse (the buggy starting point) and the
+    files ``remove`` deleted (tests withheld from the agent), cached by content."""
+    remove = remove or []
+    key = hashlib.sha256(
+        (_pristine_digest(str(pristine.resolve())) + patch + "\0".join(remove)).encode()
+    ).hexdigest()[:20]
     target = snapshot_dir(f"{task_id}-{key}")
     if target.is_dir():
         return target
@@ -48,6 +59,8 @@ def reverse_applied(pristine: Path, patch: str, task_id: str) -> Path:
             raise TaskError(
                 f"task {task_id}: its gold patch does not reverse-apply to the pristine repo: {r.stderr.decode()[-500:]}"
             )
+        for rel in remove:
+            (tmp / "repo" / rel).unlink(missing_ok=True)
         try:
             os.rename(tmp / "repo", target)
         except OSError:  # another process made it first

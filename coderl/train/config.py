@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from coderl.section import Section
 
@@ -87,11 +87,23 @@ class TrainConfig(Section):
     max_refill_rounds: int = Field(2, ge=0)
     """DAPO dynamic sampling: extra rollout rounds to replace groups whose rewards are all equal."""
     val_tasks: str = ""
-    """Held-out validation tasks (empty = no validation)."""
+    """Held-out validation tasks, never trained on: empty = hold out train.val_size of train.tasks (a
+    fixed split by task id); none = no validation; else a task source (any of its tasks that are also in
+    train.tasks are removed from training)."""
+    @field_validator("val_tasks", mode="before")
+    @classmethod
+    def _empty_is_the_split(cls, value: object) -> object:
+        return "" if value is None else value  # `train.val_tasks=` on the command line parses as null
+
+    val_size: int = Field(8, ge=1)
+    """Tasks held out of train.tasks when train.val_tasks is empty (at most all but one)."""
+    val_samples: int = Field(4, ge=1)
+    """Samples per held-out task: pass@1 is their mean, so more samples give a steadier estimate."""
     val_every: int = Field(0, ge=0)
-    """Validate every N steps and after the last one (0 = only after the last, if val_tasks is set)."""
-    val_temperature: float = Field(0.0, ge=0.0)
-    """Sampling temperature of validation rollouts (0 = greedy)."""
+    """Validate before the first update (step 0), every N steps, and after the last (0 = only at the
+    start and the end)."""
+    val_temperature: float | None = Field(None, ge=0.0)
+    """Sampling temperature of validation rollouts; empty = rollout.temperature (the policy as trained)."""
     save_every: int = Field(1, ge=1)
     """Write a checkpoint every N steps (and after the last); `coderl train --resume` continues from the newest."""
     weight_sync: Literal["auto", "full", "lora"] = "auto"

@@ -40,6 +40,7 @@ from coderl.rollout.report import build_report
 from coderl.rollout.runner import RolloutGroup, RolloutResult, RolloutSettings, run_rollouts, task_groups
 from coderl.rollout.store import TrajectoryStore
 from coderl.tasks import load_tasks
+from coderl.tasks.split import split_tasks, without
 from coderl.train import checkpoints
 from coderl.train.actor import Actor, Scored
 from coderl.train.batch import BatchLoss, build_batch, sequences_of
@@ -86,10 +87,7 @@ class Trainer:
     # ------------------------------------------------------------------ set-up
     async def setup(self, resume: bool = False) -> None:
         cfg = self.cfg
-        self.tasks = load_tasks(cfg.train.tasks)
-        if not self.tasks:
-            raise ConfigError(f"train.tasks: got {cfg.train.tasks!r}, which holds no tasks")
-        self.val_tasks = load_tasks(cfg.train.val_tasks) if cfg.train.val_tasks else []
+        self.tasks, self.val_tasks = self._split_tasks()
         random.Random(cfg.run.seed).shuffle(self.tasks)
         with self.console.status("loading the policy (actor) and starting the engine"):
             await asyncio.to_thread(self.actor.setup)
@@ -114,6 +112,28 @@ class Trainer:
             self.console.print(f"no checkpoint in {self.run_dir}/checkpoints yet: starting from step 1")
         self.rows = checkpoints.read_metrics(self.run_dir / "metrics.jsonl")
 
+    def _split_tasks(self) -> tuple[list[Task], list[Task]]:
+        """Training and held-out tasks, disjoint (module doc of :mod:`coderl.tasks.split`)."""
+        t = self.cfg.train
+        tasks = load_tasks(t.tasks)
+        if not tasks:
+            raise ConfigError(f"train.tasks: got {t.tasks!r}, which holds no tasks")
+        if t.val_tasks.strip().lower() == "none":
+            return tasks, []
+        if not t.val_tasks.strip():
+            return split_tasks(tasks, t.val_size)
+        held_out = load_tasks(t.val_tasks)
+        train, removed = without(tasks, held_out)
+        if removed:
+            log.warning(
+                "%d held-out task(s) removed from training: %s", len(removed), ", ".join(removed[:10])
+            )
+        if not train:
+            raise ConfigError(
+                f"train.tasks: every task of {t.tasks!r} is also in train.val_tasks; nothing to train on"
+            )
+        return train, held_out
+
     async def close(self) -> None:
         if self.engine is not None:
             await self.engine.stop()
@@ -134,6 +154,10 @@ class Trainer:
                 bar = progress.add_task(
                     "steps", total=cfg.train.steps, completed=self.start_step - 1, info=""
                 )
+                if self.val_tasks and not any(r.get("step") == 0 for r in self.rows):
+                    start = {"step": 0, "policy_version": self.version, **await self._validate(0, progress)}
+                    sinks.write(start)
+                    self.rows.append(start)
                 for step in range(self.start_step, cfg.train.steps + 1):
                     row = await self.step(step, store, progress)
                     sinks.write(row)
@@ -148,7 +172,10 @@ class Trainer:
 
     def finish(self) -> Path:
         rows = checkpoints.read_metrics(self.run_dir / "metrics.jsonl")
-        return write_report(self.run_dir, rows, run_summary(rows))
+        summary = run_summary(rows)
+        if "held-out pass@1" in summary:
+            self.console.print(f"held-out pass@1 (start -> end): {summary['held-out pass@1']}")
+        return write_report(self.run_dir, rows, summary)
 
     # ------------------------------------------------------------------ one step
     async def step(self, step: int, store: TrajectoryStore, progress: Progress) -> dict[str, Any]:
@@ -309,18 +336,33 @@ class Trainer:
         state = {"step": step, "cursor": self.cursor, "policy_version": self.version, "row": row}
         checkpoints.commit(self.run_dir, tmp, step, state, self.cfg.train.keep_checkpoints)
 
-    async def _validate(self, step: int, progress: Progress) -> dict[str, float]:
+    async def _validate(self, step: int, progress: Progress) -> dict[str, Any]:
+        """Held-out pass@1: every held-out task ``train.val_samples`` times at the validation
+        temperature, graded like training rollouts, stored under ``validation/step-N``."""
         assert self.contexts is not None
-        val_contexts = self.contexts.with_temperature(self.cfg.train.val_temperature)
-        results = await self._rollout(
-            task_groups(self.val_tasks, 1, tag="val"), progress, f"step {step} validation", val_contexts
-        )
+        t = self.cfg.train
+        temperature = self.cfg.rollout.temperature if t.val_temperature is None else t.val_temperature
+        groups = task_groups(self.val_tasks, t.val_samples, tag=f"val{step}.")
+        label = f"step {step} held-out validation"
+        results = await self._rollout(groups, progress, label, self.contexts.with_temperature(temperature))
         store = TrajectoryStore(self.run_dir / "validation" / f"step-{step:06d}")
         for r in results:
             store.add(r.trajectory, r.record(step=step))
         store.close()
-        report = build_report([r.report_row() for r in results], {t.id: t.tier for t in self.val_tasks}, [1])
-        return {"val_pass_rate": report["pass@1"], "val_reward_mean": report["mean_reward"]}
+        report = build_report([r.report_row() for r in results], {x.id: x.tier for x in self.val_tasks}, [1])
+        lo, hi = report["pass@1_ci95"]
+        self.console.print(
+            f"step {step}: held-out pass@1 {report['pass@1']:.3f} [95% {lo:.3f}, {hi:.3f}] over "
+            f"{len(self.val_tasks)} tasks x {t.val_samples} samples ({report['resolved_instances']} tasks solved)"
+        )
+        return {
+            "val_pass_at_1": report["pass@1"],
+            "val_pass_at_1_ci95": report["pass@1_ci95"],
+            "val_reward_mean": report["mean_reward"],
+            "val_tasks_solved": report["resolved_instances"],
+            "val_tasks": len(self.val_tasks),
+            "val_samples": t.val_samples,
+        }
 
 
 def _informative_groups(results: list[RolloutResult]) -> set[str]:

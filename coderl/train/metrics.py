@@ -65,22 +65,36 @@ def summary_line(row: dict[str, Any]) -> str:
     )
 
 
+def heldout(row: dict[str, Any]) -> str:
+    """A validation row's held-out pass@1 with its interval, e.g. ``0.125 [0.034, 0.360]``."""
+    lo, hi = row["val_pass_at_1_ci95"]
+    return f"{row['val_pass_at_1']:.3f} [{lo:.3f}, {hi:.3f}]"
+
+
 def run_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """The run at a glance: first and last steps' pass rate and reward, worst mismatch, validation."""
-    summary: dict[str, Any] = {"steps": len(rows)}
-    if not rows:
+    """The run at a glance: held-out pass@1 from start to end (the headline), then the first and last
+    steps' training pass rate and reward, the worst mismatch."""
+    summary: dict[str, Any] = {}
+    vals = [r for r in rows if "val_pass_at_1" in r]
+    if vals:
+        first, last = vals[0], vals[-1]
+        rise = last["val_pass_at_1"] - first["val_pass_at_1"]
+        summary["held-out pass@1"] = (
+            f"{heldout(first)} at step {first['step']} -> {heldout(last)} at step {last['step']} ({rise:+.3f}; "
+            f"{last['val_tasks']} held-out tasks x {last['val_samples']} samples, 95% intervals)"
+        )
+    train = [r for r in rows if "pass_rate" in r]
+    summary["steps"] = len(train)
+    if not train:
         return summary
-    head, tail = rows[: min(5, len(rows))], rows[-min(5, len(rows)) :]
+    head, tail = train[: min(5, len(train))], train[-min(5, len(train)) :]
     summary["pass_rate (first steps)"] = sum(r["pass_rate"] for r in head) / len(head)
     summary["pass_rate (last steps)"] = sum(r["pass_rate"] for r in tail) / len(tail)
-    summary["reward_mean (last)"] = rows[-1]["reward_mean"]
-    if any("shaped_reward_mean" in r for r in rows):
-        shaped = [r.get("shaped_reward_mean", 0.0) for r in rows]
+    summary["reward_mean (last)"] = train[-1]["reward_mean"]
+    if any("shaped_reward_mean" in r for r in train):
+        shaped = [r.get("shaped_reward_mean", 0.0) for r in train]
         summary["shaped reward (first steps)"] = sum(shaped[: len(head)]) / len(head)
         summary["shaped reward (last steps)"] = sum(shaped[-len(tail) :]) / len(tail)
-    summary["logprob_mismatch (max over steps)"] = max(r.get("logprob_mismatch", 0.0) for r in rows)
-    summary["token_mismatch (total)"] = sum(r.get("token_mismatch", 0) for r in rows)
-    vals = [r for r in rows if "val_pass_rate" in r]
-    if vals:
-        summary["val_pass_rate (last)"] = vals[-1]["val_pass_rate"]
+    summary["logprob_mismatch (max over steps)"] = max(r.get("logprob_mismatch", 0.0) for r in train)
+    summary["token_mismatch (total)"] = sum(r.get("token_mismatch", 0) for r in train)
     return summary

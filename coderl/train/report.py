@@ -17,7 +17,8 @@ _COLOURS = ["#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#
 _W, _H, _PAD = 520, 220, 58
 
 CHARTS: list[tuple[str, list[str]]] = [
-    ("Reward and pass rate", ["reward_mean", "shaped_reward_mean", "pass_rate", "val_pass_rate"]),
+    ("Held-out pass@1 (95% interval)", ["val_pass_at_1"]),
+    ("Training reward and pass rate", ["reward_mean", "shaped_reward_mean", "pass_rate"]),
     ("Format errors per trajectory", ["format_errors_mean"]),
     ("Response length (model tokens)", ["response_len_mean", "response_len_max"]),
     ("KL and entropy", ["kl", "entropy"]),
@@ -55,14 +56,24 @@ def _value(row: dict[str, Any], key: str) -> float | None:
 def line_chart(title: str, rows: list[dict[str, Any]], keys: list[str]) -> str:
     """One SVG chart of ``keys`` against ``step`` (series with no values are left out)."""
     series = []
+    bands: dict[
+        str, list[tuple[float, float, float]]
+    ] = {}  # key -> (step, low, high) where rows carry <key>_ci95
     for key in keys:
         points = [(float(r["step"]), v) for r in rows if (v := _value(r, key)) is not None]
         if points:
             series.append((key, points))
+            bands[key] = [
+                (float(r["step"]), float(r[f"{key}_ci95"][0]), float(r[f"{key}_ci95"][1]))
+                for r in rows
+                if _interval(r, key)
+            ]
     if not series:
         return ""
     xs = [x for _, pts in series for x, _ in pts]
-    ys = [y for _, pts in series for _, y in pts]
+    ys = [y for _, pts in series for _, y in pts] + [
+        v for band in bands.values() for _, lo, hi in band for v in (lo, hi)
+    ]
     x0, x1 = min(xs), max(xs) if max(xs) > min(xs) else min(xs) + 1
     y0, y1 = min(0.0, min(ys)), max(ys) if max(ys) > min(0.0, min(ys)) else min(0.0, min(ys)) + 1
 
@@ -84,6 +95,11 @@ def line_chart(title: str, rows: list[dict[str, Any]], keys: list[str]) -> str:
     ]
     for i, (key, pts) in enumerate(series):
         colour = _COLOURS[i % len(_COLOURS)]
+        for x, lo, hi in bands[key]:  # the 95% interval as an error bar
+            parts.append(
+                f'<line x1="{sx(x):.1f}" y1="{sy(lo):.1f}" x2="{sx(x):.1f}" y2="{sy(hi):.1f}" stroke="{colour}" '
+                'stroke-opacity="0.45" stroke-width="6" stroke-linecap="round"/>'
+            )
         path = " ".join(f"{'M' if j == 0 else 'L'}{sx(x):.1f},{sy(y):.1f}" for j, (x, y) in enumerate(pts))
         parts.append(f'<path d="{path}" fill="none" stroke="{colour}" stroke-width="2"/>')
         parts += [f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="2.5" fill="{colour}"/>' for x, y in pts]
@@ -93,6 +109,11 @@ def line_chart(title: str, rows: list[dict[str, Any]], keys: list[str]) -> str:
         )
     parts.append("</svg>")
     return "".join(parts)
+
+
+def _interval(row: dict[str, Any], key: str) -> bool:
+    ci = row.get(f"{key}_ci95")
+    return isinstance(ci, list) and len(ci) == 2 and all(isinstance(v, (int, float)) for v in ci)
 
 
 def write_report(run_dir: Path, rows: list[dict[str, Any]], summary: dict[str, Any]) -> Path:
@@ -106,7 +127,7 @@ def write_report(run_dir: Path, rows: list[dict[str, Any]], summary: dict[str, A
 <style>body{{font-family:system-ui,sans-serif;margin:24px;color:#111}} .grid{{display:flex;flex-wrap:wrap;gap:16px}}
 table{{border-collapse:collapse}} th,td{{text-align:left;padding:3px 10px;border-bottom:1px solid #eee}}</style></head>
 <body><h1>Training report: {html.escape(run_dir.name)}</h1>
-<p>{len(rows)} steps; written {time.strftime("%Y-%m-%d %H:%M:%S")}. Per-step metrics are in metrics.jsonl.</p>
+<p>{sum(1 for r in rows if "pass_rate" in r)} steps; written {time.strftime("%Y-%m-%d %H:%M:%S")}. Per-step metrics are in metrics.jsonl.</p>
 <table>{table}</table>
 <div class="grid">{"".join(charts)}</div>
 <script type="application/json" id="metrics">{html.escape(json.dumps(rows))}</script>

@@ -1,0 +1,356 @@
+"""``coderl tasks synth REPO OUT_DIR``: many validated bug-fix tasks from any Python repository with a
+passing pytest suite (the SWE-smith / R2E-Gym recipe: mutate, keep what the tests catch).
+
+1. The pristine repository is copied to ``OUT_DIR/repos/<name>`` and its suite run once: the tests
+   that pass there are the ones a mutant can break (a suite that passes nothing is refused).
+2. Seeded mutations of the library code (:mod:`coderl.tasks.synth.mutate`), each kind in turn, are
+   run against the suite, in sandboxes, one worker per ``concurrency``.
+3. A mutant is kept when some passing tests now fail (FAIL_TO_PASS) and some tests of the same files
+   still pass (PASS_TO_PASS); it is dropped, and counted, when no test catches it (an equivalent or
+   untested mutant), when it breaks every test (an import-level break), when the suite times out,
+   when no test of the failing files still passes, or when it touches a line another task of the
+   suite fixes (so a synthesised training task never repeats a hand-written held-out one).
+4. Each kept mutant becomes a task folder ``OUT_DIR/tasks/<name>-sNNN`` in the native format: the
+   gold patch is the inverse diff (mutant -> pristine); the test files that catch the bug are
+   withheld from the agent's snapshot and run only at grading; the issue text is written from the
+   failing tests' names, statements and messages (:mod:`coderl.tasks.synth.issue`), never the fix.
+5. Every task is then proven the way ``coderl tasks validate`` does (the gold patch resolves it; the
+   empty patch and a patch that only rewrites tests do not); one that fails is dropped and counted.
+
+The counts go to ``OUT_DIR/synth-<name>.json`` and are returned.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import difflib
+import hashlib
+import re
+import shutil
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from coderl.errors import TaskError
+from coderl.sandbox import SandboxSpec
+from coderl.tasks.junit import JUnitCase
+from coderl.tasks.native import load_native_task
+from coderl.tasks.synth.issue import issue_text
+from coderl.tasks.synth.mutate import Mutation, find_mutations, interleave
+from coderl.tasks.synth.suite import NO_PLUGINS, SuiteRun, SuiteRunner, test_files
+from coderl.tasks.validate import check_task
+
+_IGNORE = shutil.ignore_patterns(".git", "__pycache__", "*.pyc", ".pytest_cache", ".coderl-*", ".mypy_cache")
+DROP_REASONS = (
+    "uncaught", "breaks_everything", "timeout", "no_pass_to_pass", "overlaps_existing_task", "failed_validation",
+)  # fmt: skip
+
+
+@dataclass
+class SynthOptions:
+    n: int = 50
+    """Tasks wanted."""
+    seed: int = 0
+    tier: str = "synth"
+    concurrency: int = 2
+    """Sandboxes running mutants at once."""
+    max_tries: int | None = None
+    """Most mutants run (None = until ``n`` are kept or the mutants run out)."""
+    timeout_s: float = 60.0
+    """Limit of one run of the suite (a mutant that passes it is dropped as a timeout)."""
+    validate: bool = True
+
+
+@dataclass
+class Kept:
+    mutation: Mutation
+    fail_to_pass: list[str]
+    pass_to_pass: list[str]
+    withheld: list[str]
+    failures: list[JUnitCase]
+
+
+@dataclass
+class _State:
+    queue: Iterator[Mutation]
+    want: int
+    kept: list[Kept] = field(default_factory=list)
+    dropped: Counter[str] = field(default_factory=Counter)
+    tried: Counter[str] = field(default_factory=Counter)
+    kept_kinds: Counter[str] = field(default_factory=Counter)
+
+
+def library_files(repo: Path) -> list[str]:
+    """The repository's Python files that are not tests, test helpers, packaging or docs."""
+    tests = set(test_files(repo))
+    skip_dirs = {"tests", "test", "docs", "doc", "examples", "scripts", "benchmarks", "build", "dist"}
+    out = []
+    for p in sorted(repo.rglob("*.py")):
+        rel = p.relative_to(repo)
+        if str(rel) in tests or rel.name in ("conftest.py", "setup.py", "noxfile.py"):
+            continue
+        if any(part in skip_dirs or part.startswith(".") or part == "__pycache__" for part in rel.parts[:-1]):
+            continue
+        out.append(str(rel))
+    return out
+
+
+def protected_lines(tasks_dir: Path, repo_name: str, tier: str) -> dict[str, set[int]]:
+    """Lines of the pristine repository that other tasks of the suite (not of ``tier``) fix: path ->
+    line numbers, one line of margin around each hunk."""
+    lines: dict[str, set[int]] = {}
+    for meta_path in sorted(tasks_dir.glob("*/task.yaml")) if tasks_dir.is_dir() else []:
+        meta = yaml.safe_load(meta_path.read_text()) or {}
+        gold = meta_path.parent / "gold.patch"
+        if meta.get("repo") != repo_name or meta.get("tier") == tier or not gold.is_file():
+            continue
+        path = ""
+        for line in gold.read_text().splitlines():
+            if line.startswith("+++ "):
+                path = line[4:].removeprefix("b/").strip()
+            elif m := re.match(r"@@ -\d+(?:,\d+)? \+(\d+)(?:,(\d+))? @@", line):
+                start, count = int(m.group(1)), int(m.group(2) or "1")
+                lines.setdefault(path, set()).update(range(start - 1, start + count + 1))
+    return lines
+
+
+def gold_patch(path: str, mutant: str, pristine: str) -> str:
+    """The fix in git's diff format: the mutated file back to the pristine one."""
+    body = difflib.unified_diff(
+        mutant.splitlines(keepends=True), pristine.splitlines(keepends=True), f"a/{path}", f"b/{path}", n=3
+    )
+    return f"diff --git a/{path} b/{path}\n" + "".join(body)
+
+
+def _classify(run: SuiteRun, baseline: set[str]) -> tuple[str, list[str], list[str], list[str]]:
+    """(verdict, FAIL_TO_PASS, PASS_TO_PASS, withheld files) of one mutant's run."""
+    if run.timed_out:
+        return "timeout", [], [], []
+    failing = sorted(t for t in baseline if run.outcome(t) != "passed")
+    if not failing:
+        return "uncaught", [], [], []
+    if len(failing) == len(baseline) or not run.cases:
+        return "breaks_everything", [], [], []
+    files = sorted({t.split("::", 1)[0] for t in failing})
+    still = sorted(t for t in baseline if t.split("::", 1)[0] in files and run.outcome(t) == "passed")
+    if not still:
+        return "no_pass_to_pass", [], [], []
+    return "kept", failing, still, files
+
+
+async def _baseline(pristine: Path, spec: SandboxSpec, timeout_s: float) -> tuple[SuiteRun, dict[str, str]]:
+    """The pristine suite's run, without third-party pytest plugins when it passes as well without them."""
+    runs = []
+    for env in (NO_PLUGINS, {}):
+        async with SuiteRunner(pristine, spec, env, timeout_s) as suite:
+            run = await suite.run()
+        runs.append((run, env))
+        if run.passed and all(c.outcome in ("passed", "skipped") for c in run.cases.values()):
+            break
+    return max(runs, key=lambda r: len(r[0].passed))
+
+
+async def synthesize(
+    repo: Path,
+    out: Path,
+    opts: SynthOptions,
+    spec: SandboxSpec | None = None,
+    name: str | None = None,
+    on_progress: Callable[[str, _State], None] | None = None,
+) -> dict[str, Any]:
+    """Synthesise up to ``opts.n`` tasks from ``repo`` into the suite folder ``out`` (module doc)."""
+    started = time.perf_counter()
+    spec = spec or SandboxSpec()
+    repo = repo.resolve()
+    name = name or repo.name
+    if not repo.is_dir():
+        raise TaskError(f"repository {str(repo)!r} is not a folder")
+    if not test_files(repo):
+        raise TaskError(
+            f"repository {str(repo)!r} has no test files (test_*.py or *_test.py): tasks are made from "
+            "what its own pytest suite catches, so it needs one"
+        )
+    pristine = _pristine_copy(repo, out / "repos" / name)
+    baseline, env = await _baseline(pristine, spec, opts.timeout_s)
+    passing = baseline.passed
+    if not passing:
+        raise TaskError(
+            f"repository {str(repo)!r}: its test suite passes no test ({len(baseline.cases)} collected); "
+            f"make it pass first. Output:\n{baseline.output[-1500:]}"
+        )
+    protected = protected_lines(out / "tasks", name, opts.tier)
+    mutations: list[Mutation] = []
+    overlaps = 0
+    for rel in library_files(pristine):
+        for m in find_mutations(rel, (pristine / rel).read_text()):
+            if m.line in protected.get(rel, set()):
+                overlaps += 1
+            else:
+                mutations.append(m)
+    _remove_tasks(out / "tasks", name, opts.tier)
+    order = interleave(mutations, opts.seed)
+    if opts.max_tries is not None:
+        order = (m for _, m in zip(range(opts.max_tries), order, strict=False))
+    state = _State(order, opts.n)
+    state.dropped["overlaps_existing_task"] = overlaps
+
+    async def worker() -> None:
+        async with SuiteRunner(pristine, spec, env, opts.timeout_s) as suite:
+            while len(state.kept) < state.want:
+                m = next(state.queue, None)
+                if m is None:
+                    return
+                source = (pristine / m.path).read_text()
+                run = await suite.run({m.path: m.apply(source)})
+                state.tried[m.kind] += 1
+                verdict, f2p, p2p, files = _classify(run, passing)
+                if verdict != "kept":
+                    state.dropped[verdict] += 1
+                elif len(state.kept) < state.want:
+                    failures = [run.cases[t] for t in f2p if t in run.cases]
+                    state.kept.append(Kept(m, f2p, p2p, files, failures))
+                    state.kept_kinds[m.kind] += 1
+                if on_progress is not None:
+                    on_progress("mutants", state)
+
+    await asyncio.gather(*(worker() for _ in range(max(1, opts.concurrency))))
+    written = [
+        _write_task(out / "tasks", name, i + 1, k, pristine, env, opts) for i, k in enumerate(state.kept)
+    ]
+    failures: dict[str, list[str]] = {}
+    if opts.validate:
+        folders = [out / "tasks" / task_id for task_id in written]
+        failures = await _validate(
+            folders, spec, opts.concurrency, lambda: on_progress and on_progress("validate", state)
+        )
+        for task_id in failures:
+            shutil.rmtree(out / "tasks" / task_id, ignore_errors=True)
+        state.dropped["failed_validation"] = len(failures)
+    summary = {
+        "repo": str(repo),
+        "name": name,
+        "seed": opts.seed,
+        "tier": opts.tier,
+        "requested": opts.n,
+        "mutation_sites": len(mutations) + overlaps,
+        "tried": sum(state.tried.values()),
+        "kept": len(written) - len(failures),
+        "dropped": {reason: state.dropped.get(reason, 0) for reason in DROP_REASONS},
+        "by_kind": {k: {"tried": state.tried[k], "kept": state.kept_kinds[k]} for k in sorted(state.tried)},
+        "baseline_passing_tests": len(passing),
+        "baseline_failing_tests": len(baseline.cases) - len(passing),
+        "env": env,
+        "validation_failures": failures,
+        "task_ids": sorted(set(written) - set(failures)),
+        "seconds": round(time.perf_counter() - started, 1),
+    }
+    (out / f"synth-{name}.json").write_text(yaml.safe_dump(summary, sort_keys=False))
+    return summary
+
+
+def _pristine_copy(repo: Path, dest: Path) -> Path:
+    """``repo`` copied to the suite's ``repos/<name>`` (reused when already there with the same files)."""
+    if dest.exists():
+        if dest.resolve() == repo or _digest(dest) == _digest(repo):
+            return dest
+        raise TaskError(f"{dest} already holds a different repository; pick another OUT_DIR or remove it")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(repo, dest, ignore=_IGNORE)
+    return dest
+
+
+def _digest(folder: Path) -> str:
+    """A content hash of the files a pristine copy keeps (no VCS data or caches)."""
+    h = hashlib.sha256()
+    skip = {".git", "__pycache__", ".pytest_cache", ".mypy_cache"}
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        rel = path.relative_to(folder)
+        if skip & set(rel.parts) or path.suffix == ".pyc" or any(x.startswith(".coderl-") for x in rel.parts):
+            continue
+        h.update(str(rel).encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()
+
+
+def _remove_tasks(tasks_dir: Path, repo_name: str, tier: str) -> None:
+    """Earlier synthesised tasks of this repository and tier (a new run replaces them)."""
+    for meta_path in sorted(tasks_dir.glob(f"{repo_name}-s*/task.yaml")) if tasks_dir.is_dir() else []:
+        meta = yaml.safe_load(meta_path.read_text()) or {}
+        if meta.get("repo") == repo_name and meta.get("tier") == tier:
+            shutil.rmtree(meta_path.parent)
+
+
+class _BlockDumper(yaml.SafeDumper):
+    """Multi-line strings (the issue text) as YAML literal blocks, readable in the task folder."""
+
+
+_BlockDumper.add_representer(
+    str,
+    lambda dumper, text: dumper.represent_scalar(
+        "tag:yaml.org,2002:str", text, style="|" if "\n" in text else None
+    ),
+)
+
+
+def _write_task(
+    tasks_dir: Path,
+    name: str,
+    number: int,
+    kept: Kept,
+    pristine: Path,
+    env: dict[str, str],
+    opts: SynthOptions,
+) -> str:
+    m = kept.mutation
+    task_id = f"{name}-s{number:03d}"
+    folder = tasks_dir / task_id
+    folder.mkdir(parents=True, exist_ok=True)
+    source = (pristine / m.path).read_text()
+    (folder / "gold.patch").write_text(gold_patch(m.path, m.apply(source), source))
+    others = max(0, len(kept.fail_to_pass) - len(kept.failures))
+    meta = {
+        "id": task_id,
+        "tier": opts.tier,
+        "repo": name,
+        "instruction": issue_text(kept.failures, pristine, others) if kept.failures else "Some tests fail.\n",
+        "fail_to_pass": kept.fail_to_pass,
+        "pass_to_pass": kept.pass_to_pass,
+        "withheld": kept.withheld,
+        "env": env,
+        "metadata": {
+            "synth": {
+                "kind": m.kind,
+                "path": m.path,
+                "line": m.line,
+                "function": m.function,
+                "seed": opts.seed,
+            }
+        },
+    }
+    (folder / "task.yaml").write_text(yaml.dump(meta, Dumper=_BlockDumper, sort_keys=False, width=110))
+    return task_id
+
+
+async def _validate(
+    folders: list[Path], spec: SandboxSpec, concurrency: int, tick: Callable[[], object]
+) -> dict[str, list[str]]:
+    """Task id -> problems, for the written tasks that ``check_task`` does not prove."""
+    gate = asyncio.Semaphore(max(1, concurrency))
+    failures: dict[str, list[str]] = {}
+
+    async def one(folder: Path) -> None:
+        async with gate:
+            try:
+                problems = (await check_task(load_native_task(folder), spec)).problems
+            except TaskError as exc:
+                problems = [str(exc)]
+        if problems:
+            failures[folder.name] = problems
+        tick()
+
+    await asyncio.gather(*(one(f) for f in folders))
+    return failures

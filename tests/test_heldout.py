@@ -1,0 +1,64 @@
+"""Held-out evaluation: a fixed split disjoint from training, pass@1 with a 95% interval, the headline
+of the run's summary and report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from coderl.errors import TaskError
+from coderl.rollout.report import build_report, wilson_interval
+from coderl.tasks import load_tasks
+from coderl.tasks.split import split_tasks, without
+from coderl.train.metrics import run_summary
+from coderl.train.report import write_report
+
+
+def test_wilson_interval_by_hand() -> None:
+    # p = 0, n = 8, z = 1.96: upper = (z^2 / 2n) / (1 + z^2 / n) * 2 = z^2 / (n + z^2) = 3.8415 / 11.8415
+    lo, hi = wilson_interval(0.0, 8)
+    assert lo == 0.0 and hi == pytest.approx(3.841459 / 11.841459, abs=1e-6)
+    lo, hi = wilson_interval(0.5, 8)
+    assert lo == pytest.approx(1 - hi) and lo == pytest.approx(0.2152, abs=1e-4)
+    assert wilson_interval(1.0, 8) == pytest.approx((1 - 3.841459 / 11.841459, 1.0))
+    assert wilson_interval(0.3, 0) == (0.0, 1.0)
+
+
+def test_pass_at_1_interval_counts_tasks_not_samples() -> None:
+    rows = [{"task_id": f"t{i}", "resolved": i % 2 == 1, "reward": 0.0} for i in range(8) for _ in range(4)]
+    report = build_report(rows, {}, [1])
+    assert report["pass@1"] == 0.5 and report["samples_per_instance"] == 4
+    assert report["pass@1_ci95"] == pytest.approx(list(wilson_interval(0.5, 8)))  # n = 8 tasks, not 32
+
+
+def test_the_split_is_fixed_disjoint_and_independent_of_order() -> None:
+    tasks = load_tasks("bundled")
+    train, held = split_tasks(tasks, 8)
+    assert len(held) == 8 and len(train) == len(tasks) - 8
+    assert not {t.id for t in train} & {t.id for t in held}
+    _, again_held = split_tasks(list(reversed(tasks)), 8)
+    assert {t.id for t in again_held} == {t.id for t in held}  # by id, not by position or seed
+    _, fewer = split_tasks(tasks, 100)
+    assert len(fewer) == len(tasks) - 1  # at least one task is left to train on
+    with pytest.raises(TaskError, match="at least 2"):
+        split_tasks(tasks[:1], 1)
+    kept, removed = without(tasks, held[:3])
+    assert len(kept) == len(tasks) - 3 and removed == sorted(t.id for t in held[:3])
+
+
+def test_summary_and_report_lead_with_held_out_pass_at_1(tmp_path: Path) -> None:
+    val = {"val_tasks": 8, "val_samples": 4}
+    rows = [
+        {"step": 0, "val_pass_at_1": 0.0, "val_pass_at_1_ci95": [0.0, 0.324], **val},
+        {"step": 1, "pass_rate": 0.0, "reward_mean": 0.0, "stage_s": {"rollout": 1.0}},
+        {"step": 2, "pass_rate": 0.5, "reward_mean": 0.5, "val_pass_at_1": 0.25, "val_pass_at_1_ci95": [0.07, 0.59], **val},
+    ]
+    summary = run_summary(rows)
+    assert next(iter(summary)) == "held-out pass@1" and summary["steps"] == 2
+    assert summary["held-out pass@1"].startswith("0.000 [0.000, 0.324] at step 0 -> 0.250 [0.070, 0.590] at step 2 (+0.250")
+    page = write_report(tmp_path, rows, summary).read_text()
+    first_chart = page.index("<svg")
+    assert page.index("Held-out pass@1 (95% interval)") > first_chart  # the first chart
+    assert page[first_chart:].index("Held-out pass@1") < page[first_chart:].index("Training reward")
+    assert page.count('stroke-opacity="0.45"') == 2  # one interval bar per validation
