@@ -14,6 +14,8 @@ from coderl.checkpoint import load_model, load_tokenizer, resolve_checkpoint
 from coderl.config import EngineConfig, ModelConfig
 from coderl.engine.embedded import EmbeddedEngine
 
+collect_ignore_glob = ["data/*"]  # fixtures: repositories with suites of their own (e.g. synth_repo)
+
 
 @pytest.fixture(scope="session")
 def checkpoint() -> Path:

@@ -161,4 +161,5 @@ def test_each_section_is_owned_by_its_package() -> None:
         "engine": "coderl.engine.config", "sandbox": "coderl.sandbox.config", "tasks": "coderl.tasks.config",
         "rollout": "coderl.rollout.config", "proxy": "coderl.proxy.config", "relay": "coderl.proxy.config",
         "train": "coderl.train.config", "algo": "coderl.rl.config", "actor": "coderl.train.config",
+        "sft": "coderl.train.config",
     }  # fmt: skip

@@ -52,10 +52,15 @@ class AgentContext:
     """Wall-clock limit of the ``remote`` loop's agent program."""
     remote_model: str = "coderl"
     """Model name the ``remote`` loop's proxy serves (``$CODERL_MODEL`` for the agent)."""
+    tools: list[str] | None = None
+    """The tools a tool-using loop offers, by name (None = all of its tools): a smaller set is a shorter
+    prompt and fewer ways to go wrong for a small model."""
 
 
 class AgentLoop(abc.ABC):
     name = "agent"
+    tool_names: tuple[str, ...] = ()
+    """The tools a tool-using loop can offer (``rollout.tools`` picks among them); empty for the others."""
 
     @abc.abstractmethod
     async def run(self, task: Task, ctx: AgentContext) -> Trajectory:

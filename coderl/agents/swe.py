@@ -29,6 +29,7 @@ SYSTEM = (
 class SWELoop(ToolLoop):
     name = "swe"
     system_prompt = SYSTEM
+    tool_names = ("bash", "view", "create", "str_replace", "insert", "undo_edit", "find_file", "search", "submit")
 
     def __init__(self) -> None:
         super().__init__()

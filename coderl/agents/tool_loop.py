@@ -17,6 +17,7 @@ from coderl.agents.base import AgentContext, AgentLoop
 from coderl.agents.tools import Tool, params, truncate
 from coderl.agents.trajectory import TrajectoryBuilder
 from coderl.chat.tools import Message
+from coderl.errors import AgentError
 from coderl.types import Task, Trajectory
 
 NO_CALL = (
@@ -24,10 +25,22 @@ NO_CALL = (
 )
 
 
+def select_tools(tools: list[Tool], names: list[str] | None) -> list[Tool]:
+    """The tools named in ``names`` (all when None), in the loop's own order."""
+    if names is None:
+        return tools
+    known = {t.name for t in tools}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise AgentError(f"rollout.tools: {unknown} are not tools of this loop; its tools are {sorted(known)}")
+    return [t for t in tools if t.name in names]
+
+
 class ToolLoop(AgentLoop):
     """Subclasses provide tools by overriding :meth:`open` / :meth:`close` / :meth:`patch`."""
 
     name = "tool"
+    tool_names: tuple[str, ...] = ("submit",)
     system_prompt = "You are a helpful assistant. Use the tools; call submit with your final answer."
 
     def __init__(self, tools: list[Tool] | None = None) -> None:
@@ -57,7 +70,7 @@ class ToolLoop(AgentLoop):
         session = f"{task.id}-{uuid.uuid4().hex[:8]}"
         builder: TrajectoryBuilder | None = None
         try:
-            tools = await self.open(task, ctx)
+            tools = select_tools(await self.open(task, ctx), ctx.tools)
             by_name = {t.name: t for t in tools}
             schemas = [t.schema() for t in tools]
             messages: list[Message] = [

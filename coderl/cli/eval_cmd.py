@@ -1,4 +1,5 @@
-"""``coderl eval`` (rollouts + grading + report.json) and ``coderl rollout`` (trajectories only)."""
+"""``coderl eval`` (rollouts + grading + report.json), ``coderl rollout`` (trajectories only) and
+``coderl tasks calibrate`` (eval with k samples per task, saved as per-task pass-rate estimates)."""
 
 from __future__ import annotations
 
@@ -22,14 +23,45 @@ from coderl.tasks import load_tasks
 
 
 def run_eval(ns: argparse.Namespace) -> int:
-    return asyncio.run(_run(config_from_args(ns), "eval", grade=True))
+    asyncio.run(_run(config_from_args(ns), "eval", grade=True))
+    return 0
 
 
 def run_rollout(ns: argparse.Namespace) -> int:
-    return asyncio.run(_run(config_from_args(ns), "rollout", grade=False))
+    asyncio.run(_run(config_from_args(ns), "rollout", grade=False))
+    return 0
 
 
-async def _run(cfg: Config, command: str, grade: bool) -> int:
+def run_calibrate(ns: argparse.Namespace) -> int:
+    from coderl.config import load_config
+    from coderl.config.packaged import default_train_config
+    from coderl.errors import ConfigError
+    from coderl.tasks.calibration import Estimate, save_estimates, setting_key
+
+    if ns.k < 1:
+        raise ConfigError(f"--k: got {ns.k}; give the samples per task, at least 1")
+    # the estimates are for training: coderl train's packaged defaults unless a config file is given
+    cfg = load_config(ns.config_path, ns.config_overrides, defaults=None if ns.config_path else default_train_config())
+    cfg = cfg.model_copy(update={"rollout": cfg.rollout.model_copy(update={"group_size": ns.k, "pass_k": [1]})})
+    results = asyncio.run(_run(cfg, "calibrate", grade=True))
+    estimates: dict[str, Estimate] = {}
+    for r in results:
+        est = estimates.setdefault(r.trajectory.task_id, Estimate())
+        est.samples += 1
+        est.passed += int(r.resolved)
+    key, setting = setting_key(cfg.model, cfg.rollout, policy=ns.policy)
+    path = save_estimates(cfg.tasks.source, key, setting, estimates)
+    rates = [e.rate for e in estimates.values() if e.rate is not None]
+    edge = sum(1 for x in rates if 0 < x < 1)
+    Console(stderr=True).print(
+        f"{len(estimates)} tasks x {ns.k} samples: {sum(1 for x in rates if x == 0)} never solved, {edge} at the "
+        f"edge (0 < pass rate < 1, where GRPO has a signal), {sum(1 for x in rates if x == 1)} always solved; "
+        f"estimates for setting {key}: {path}"
+    )
+    return 0
+
+
+async def _run(cfg: Config, command: str, grade: bool) -> list[RolloutResult]:
 
     console = Console(stderr=True)
     tasks = load_tasks(cfg.tasks.source)
@@ -70,4 +102,4 @@ async def _run(cfg: Config, command: str, grade: bool) -> int:
         )
     else:
         console.print(f"{len(results)} trajectories in {run_dir / 'trajectories'}")
-    return 0
+    return results

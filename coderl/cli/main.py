@@ -68,6 +68,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=_lazy("coderl.cli.train_cmd", "run_train"))
     p = sub.add_parser(
+        "sft",
+        help="supervised warm start on demonstrations (sft.data: gold:TASKS, runs:DIR) -> a model folder",
+        description="Train the policy to imitate demonstrations - gold-patch demonstrations played through the "
+        "configured loop (sft.data=[gold:bundled:synth]) and resolved trajectories of earlier runs "
+        "(runs:DIR) - with the loss on the assistant's tokens only. Held-out tasks are refused. Writes a "
+        "Hugging Face checkpoint folder (default <run dir>/model) that coderl train model.path=... starts from. "
+        "With no config file, coderl train's packaged defaults apply (the same loop and prompt RL will use).",
+    )
+    _config_args(p)
+    p.add_argument("--out", help="the model folder to write (default: <run dir>/model)")
+    p.set_defaults(func=_lazy("coderl.cli.sft_cmd", "run_sft"))
+    p = sub.add_parser(
         "eval", help="roll out tasks.source with rollout.agent, grade, write report.json (pass@k)"
     )
     _config_args(p)
@@ -137,6 +149,18 @@ def build_parser() -> argparse.ArgumentParser:
     _config_args(p)
     p.set_defaults(func=_lazy("coderl.cli.tasks_cmd", "run_tasks_convert"))
 
+    p = tasks.add_parser(
+        "calibrate",
+        help="estimate each task's pass rate under the configured model: --k samples per task, saved beside the tasks",
+        description="Roll every task of tasks.source out --k times with the configured model and rollout settings, "
+        "grade each, and save per-task samples and passes beside the tasks (keyed by the model and the "
+        "settings that change the pass rate); train.curriculum=edge reads them. Also writes a run directory "
+        "(trajectories, report.json) like coderl eval.",
+    )
+    _config_args(p)
+    p.add_argument("--k", type=int, default=4, help="samples per task (default 4)")
+    p.add_argument("--policy", default="", help="a tag for the weights, when model.path alone does not tell them apart")
+    p.set_defaults(func=_lazy("coderl.cli.eval_cmd", "run_calibrate"))
     p = tasks.add_parser(
         "synth",
         help="synthesise validated bug-fix tasks from any Python repository with a passing pytest suite",

@@ -22,7 +22,7 @@ from coderl.rollout.config import RolloutConfig
 from coderl.sandbox.config import SandboxSpec
 from coderl.section import Section
 from coderl.tasks.config import TasksConfig
-from coderl.train.config import ActorConfig, TrainConfig
+from coderl.train.config import ActorConfig, SFTConfig, TrainConfig
 
 __all__ = [
     "ActorConfig",
@@ -34,6 +34,7 @@ __all__ = [
     "RelayWorkerConfig",
     "RolloutConfig",
     "RunConfig",
+    "SFTConfig",
     "SandboxSpec",
     "Section",
     "ServerConfig",
@@ -77,6 +78,7 @@ class Config(Section):
     train: TrainConfig = TrainConfig()
     algo: AlgoConfig = AlgoConfig()
     actor: ActorConfig = ActorConfig()
+    sft: SFTConfig = SFTConfig()
 
     @model_validator(mode="after")
     def _sections_agree(self) -> Config:

@@ -83,6 +83,12 @@ def remote_agent_needs_a_command(cfg: Config) -> str | None:
     return None
 
 
+def sft_before_rl_needs_data(cfg: Config) -> str | None:
+    if cfg.sft.before_rl and not cfg.sft.data:
+        return "sft.before_rl: got true with sft.data empty — name demonstrations, e.g. sft.data=[gold:bundled:synth]"
+    return None
+
+
 RULES: list[Callable[[Config], str | None]] = [
     group_estimator_needs_groups,
     dynamic_sampling_needs_groups,
@@ -91,6 +97,7 @@ RULES: list[Callable[[Config], str | None]] = [
     kl_needs_a_reference,
     pass_k_needs_samples,
     remote_agent_needs_a_command,
+    sft_before_rl_needs_data,
 ]
 
 

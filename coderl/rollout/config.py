@@ -34,6 +34,9 @@ class RolloutConfig(Section):
     """agent=remote: the agent program, a shell command run in the task's sandbox with OPENAI_BASE_URL /
     OPENAI_API_KEY / ANTHROPIC_BASE_URL / ANTHROPIC_API_KEY set to its own proxy session, the task in
     $CODERL_TASK and $CODERL_TASK_FILE, the model name in $CODERL_MODEL (needs sandbox.network=true)."""
+    tools: list[str] | None = None
+    """Tool-using loops (tool, swe): the tools offered, by name, e.g. [bash] (empty = all of the loop's
+    tools). A small model does better with a short prompt and one way to act."""
     remote_timeout_s: float = Field(1800.0, gt=0)
     """agent=remote: wall-clock limit of the agent program (exit status error when it passes)."""
     max_engine_requests: int = Field(16, ge=1)

@@ -6,11 +6,12 @@ build contexts here, so a rollout runs the same way whichever command started it
 
 from __future__ import annotations
 
-from coderl.agents import AgentContext, AgentLimits
+from coderl.agents import AgentContext, AgentLimits, get_loop
 from coderl.agents.baseline import BaselineCache
 from coderl.chat import ChatFormat
 from coderl.engine.base import Engine
 from coderl.engine.params import SamplingParams
+from coderl.errors import ConfigError
 from coderl.rollout.config import RolloutConfig
 from coderl.sandbox import Sandbox, SandboxSpec, create_sandbox
 from coderl.types import Task
@@ -24,6 +25,14 @@ class ContextFactory:
         self.rollout = rollout
         self.sandbox = sandbox
         self.chat = chat
+        if rollout.tools is not None:
+            offered = get_loop(rollout.agent).tool_names
+            unknown = [name for name in rollout.tools if name not in offered]
+            if unknown:
+                raise ConfigError(
+                    f"rollout.tools: got {unknown}, not tools of the {rollout.agent} loop; it offers "
+                    f"{', '.join(offered) if offered else 'no tools to choose from'}"
+                )
         self.sampling = SamplingParams(
             max_tokens=rollout.max_tokens, temperature=rollout.temperature, top_p=rollout.top_p
         )
@@ -60,4 +69,5 @@ class ContextFactory:
             response_prefix=r.response_prefix,
             remote_command=r.remote_command,
             remote_timeout_s=r.remote_timeout_s,
+            tools=r.tools,
         )

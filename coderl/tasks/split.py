@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 
 from coderl.errors import TaskError
+from coderl.tasks.loader import load_tasks
 from coderl.types import Task
 
 
@@ -33,3 +34,24 @@ def without(tasks: list[Task], held_out: list[Task]) -> tuple[list[Task], list[s
     """``tasks`` minus any task whose id is held out, and the ids removed."""
     ids = {t.id for t in held_out}
     return [t for t in tasks if t.id not in ids], sorted(t.id for t in tasks if t.id in ids)
+
+
+def train_and_held_out(tasks: str, val_tasks: str, val_size: int) -> tuple[list[Task], list[Task], list[str]]:
+    """The training and held-out tasks a run's config names (``train.tasks``, ``train.val_tasks``,
+    ``train.val_size``: see :class:`coderl.train.config.TrainConfig`), and the ids of tasks removed from
+    training because they are held out."""
+    every = load_tasks(tasks)
+    if not every:
+        raise TaskError(f"train.tasks: got {tasks!r}, which holds no tasks")
+    if val_tasks.strip().lower() == "none":
+        return every, [], []
+    if not val_tasks.strip():
+        train, held = split_tasks(every, val_size)
+        return train, held, []
+    held = load_tasks(val_tasks)
+    train, removed = without(every, held)
+    if not train:
+        raise TaskError(
+            f"train.tasks: every task of {tasks!r} is also in train.val_tasks; nothing to train on"
+        )
+    return train, held, removed

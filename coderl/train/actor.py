@@ -148,16 +148,11 @@ class Actor:
         self._hf = hf.eval()
         self._decoder = PackedDecoder(hf)
         params = [p for p in hf.parameters() if p.requires_grad]
-        groups: list[dict[str, Any]] = [{"params": params}]
         if self.with_value_head:
             self.value_head = torch.nn.Linear(hf.config.hidden_size, 1, device=self.device)
             torch.nn.init.zeros_(self.value_head.weight)  # V = 0 at the start: advantages = returns
             torch.nn.init.zeros_(self.value_head.bias)
-            groups.append({"params": list(self.value_head.parameters()), "lr": cfg.value_lr})
-        self.optimizer = torch.optim.AdamW(
-            groups, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps, weight_decay=cfg.weight_decay
-        )
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_lambda())
+        self.reset_optimizer()
         log.info(
             "actor: %s on %s (%s), %d trainable parameters%s",
             self._source.name,
@@ -167,6 +162,28 @@ class Actor:
             (f", LoRA rank {cfg.lora_rank}" if cfg.lora_rank else "")
             + (", value head" if self.with_value_head else ""),
         )
+
+    def reset_optimizer(self, lr: float | None = None) -> None:
+        """A fresh AdamW and learning-rate schedule at ``lr`` (default ``actor.lr``), step count 0: a
+        new phase of training (supervised warm start, then RL) starts without the last one's moments."""
+        cfg = self.cfg
+        hf = self._require()
+        groups: list[dict[str, Any]] = [{"params": [p for p in hf.parameters() if p.requires_grad]}]
+        if self.value_head is not None:
+            groups.append({"params": list(self.value_head.parameters()), "lr": cfg.value_lr})
+        self.optimizer = torch.optim.AdamW(
+            groups, lr=cfg.lr if lr is None else lr, betas=cfg.betas, eps=cfg.eps, weight_decay=cfg.weight_decay
+        )
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_lambda())
+        self._step = 0
+
+    @torch.no_grad()
+    def snapshot_reference(self) -> None:
+        """Make the current policy the KL reference (full fine-tuning keeps a frozen copy; with LoRA
+        the reference stays the base model with its adapters off)."""
+        if self._reference is not None:
+            for ref, live in zip(self._reference.parameters(), self._require().parameters(), strict=True):
+                ref.copy_(live.to(ref.dtype))
 
     def _lr_lambda(self) -> Callable[[int], float]:
         cfg = self.cfg

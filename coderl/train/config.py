@@ -84,6 +84,10 @@ class TrainConfig(Section):
     """Tasks rolled out per step (a deterministic shuffled pass over the training tasks)."""
     group_size: int = Field(4, ge=1)
     """Samples per task (G); group-relative advantages need G >= 2."""
+    curriculum: Literal["none", "edge"] = "none"
+    """How steps draw tasks: none = a seeded shuffled cycle; edge = tasks whose estimated pass rate
+    (coderl tasks calibrate with this model and these rollout settings, then the training rollouts) is
+    strictly between 0 and 1 first, then tasks never tried, then the rest."""
     max_refill_rounds: int = Field(2, ge=0)
     """DAPO dynamic sampling: extra rollout rounds to replace groups whose rewards are all equal."""
     val_tasks: str = ""
@@ -116,3 +120,23 @@ class TrainConfig(Section):
     """Extra metric sinks besides metrics.jsonl (tensorboard writes to <run dir>/tensorboard)."""
     wandb_project: str = "coderl"
     """W&B project name (loggers=[wandb])."""
+
+
+class SFTConfig(Section):
+    """The supervised warm start (``coderl sft``, or before RL in ``coderl train``)."""
+
+    data: list[str] = []
+    """Demonstration sources: gold:TASKS (demonstrations made from the gold patches of those tasks,
+    e.g. gold:bundled:synth) and runs:DIR (the resolved trajectories of finished runs, DIR a run or a
+    folder of runs). Held-out tasks (train.val_tasks, or the held-out split) are refused."""
+    epochs: int = Field(1, ge=1)
+    """Passes over the demonstrations."""
+    lr: float = Field(1e-5, gt=0.0)
+    """AdamW learning rate of the warm start (the RL phase then starts a fresh optimizer at actor.lr)."""
+    batch_size: int = Field(8, ge=1)
+    """Demonstrations per optimizer step."""
+    max_demos: int | None = Field(None, ge=1)
+    """Most demonstrations used (a seeded sample); empty = all."""
+    before_rl: bool = False
+    """coderl train: run the warm start on sft.data after the step-0 validation, then validate again
+    and start RL from the result."""

@@ -21,8 +21,10 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import random
+import time
 from pathlib import Path
 from typing import Any
 
@@ -33,21 +35,22 @@ from coderl.chat import ChatFormat
 from coderl.config import Config
 from coderl.engine import create_engine
 from coderl.engine.base import Engine
-from coderl.errors import ConfigError
 from coderl.rl import keep_groups
 from coderl.rollout.context import ContextFactory
 from coderl.rollout.report import build_report
 from coderl.rollout.runner import RolloutGroup, RolloutResult, RolloutSettings, run_rollouts, task_groups
 from coderl.rollout.store import TrajectoryStore
-from coderl.tasks import load_tasks
-from coderl.tasks.split import split_tasks, without
+from coderl.tasks.calibration import load_estimates, setting_key
+from coderl.tasks.split import train_and_held_out
 from coderl.train import checkpoints
 from coderl.train.actor import Actor, Scored
 from coderl.train.batch import BatchLoss, build_batch, sequences_of
+from coderl.train.curriculum import Curriculum
 from coderl.train.ledger import SampledLedger
 from coderl.train.loggers import MetricSinks
 from coderl.train.metrics import StageTimer, rollout_metrics, run_summary, summary_line
 from coderl.train.report import write_report
+from coderl.train.sft import build_demos, train_sft
 from coderl.train.sync import WeightSync, choose_sync
 from coderl.types import Task, Trajectory
 
@@ -77,7 +80,7 @@ class Trainer:
         self.contexts: ContextFactory | None = None
         self.tasks: list[Task] = []
         self.val_tasks: list[Task] = []
-        self.cursor = 0  # training tasks drawn so far (the data position, saved in checkpoints)
+        self.curriculum: Curriculum | None = None  # which tasks each step draws (saved in checkpoints)
         self.version = 0  # updates applied to the policy
         self._engine_base = 0  # engine.policy_version when self.version was last set
         self.start_step = 1
@@ -89,6 +92,9 @@ class Trainer:
         cfg = self.cfg
         self.tasks, self.val_tasks = self._split_tasks()
         random.Random(cfg.run.seed).shuffle(self.tasks)
+        key, _ = setting_key(cfg.model, cfg.rollout)
+        estimates = load_estimates(cfg.train.tasks, key) if cfg.train.curriculum != "none" else {}
+        self.curriculum = Curriculum(self.tasks, cfg.train.curriculum, estimates, cfg.run.seed)
         with self.console.status("loading the policy (actor) and starting the engine"):
             await asyncio.to_thread(self.actor.setup)
             self.engine = create_engine(cfg.engine, cfg.model, seed=cfg.run.seed)
@@ -100,7 +106,7 @@ class Trainer:
         if found is not None:
             folder, state = found
             await asyncio.to_thread(self.actor.load, folder / "actor")
-            self.cursor = int(state["cursor"])
+            self.curriculum.load(state.get("curriculum") or {"cursor": state.get("cursor", 0)})
             self.start_step = int(state["step"]) + 1
             dropped = checkpoints.truncate_metrics(self.run_dir / "metrics.jsonl", int(state["step"]))
             checkpoints.restore_row(self.run_dir / "metrics.jsonl", state.get("row"))
@@ -115,24 +121,12 @@ class Trainer:
     def _split_tasks(self) -> tuple[list[Task], list[Task]]:
         """Training and held-out tasks, disjoint (module doc of :mod:`coderl.tasks.split`)."""
         t = self.cfg.train
-        tasks = load_tasks(t.tasks)
-        if not tasks:
-            raise ConfigError(f"train.tasks: got {t.tasks!r}, which holds no tasks")
-        if t.val_tasks.strip().lower() == "none":
-            return tasks, []
-        if not t.val_tasks.strip():
-            return split_tasks(tasks, t.val_size)
-        held_out = load_tasks(t.val_tasks)
-        train, removed = without(tasks, held_out)
+        train, held, removed = train_and_held_out(t.tasks, t.val_tasks, t.val_size)
         if removed:
             log.warning(
                 "%d held-out task(s) removed from training: %s", len(removed), ", ".join(removed[:10])
             )
-        if not train:
-            raise ConfigError(
-                f"train.tasks: every task of {t.tasks!r} is also in train.val_tasks; nothing to train on"
-            )
-        return train, held_out
+        return train, held
 
     async def close(self) -> None:
         if self.engine is not None:
@@ -155,9 +149,14 @@ class Trainer:
                     "steps", total=cfg.train.steps, completed=self.start_step - 1, info=""
                 )
                 if self.val_tasks and not any(r.get("step") == 0 for r in self.rows):
-                    start = {"step": 0, "policy_version": self.version, **await self._validate(0, progress)}
+                    start = {"step": 0, "phase": "start", "policy_version": self.version}
+                    start.update(await self._validate(0, progress))
                     sinks.write(start)
                     self.rows.append(start)
+                if cfg.sft.before_rl and not any(r.get("phase") == "sft" for r in self.rows):
+                    warm = await self._warm_start(progress)
+                    sinks.write(warm)
+                    self.rows.append(warm)
                 for step in range(self.start_step, cfg.train.steps + 1):
                     row = await self.step(step, store, progress)
                     sinks.write(row)
@@ -218,6 +217,41 @@ class Trainer:
         row.update(timer.row())
         return row
 
+    async def _warm_start(self, progress: Progress) -> dict[str, Any]:
+        """Supervised warm start on ``sft.data`` (never held-out tasks), then the RL phase's fresh
+        optimizer and reference, the weights synced, a checkpoint (step 0) and a held-out validation."""
+        cfg = self.cfg
+        assert self.contexts is not None
+        t0 = time.perf_counter()
+        with self.console.status("making the warm start's demonstrations"):
+            demos, made = await build_demos(cfg, self.contexts.chat, {t.id for t in self.val_tasks})
+        bar = progress.add_task("supervised warm start", total=None, info="")
+        nll: list[float] = []
+
+        def on_step(row: dict[str, Any]) -> None:
+            nll.append(row["nll"])
+            progress.update(bar, advance=1, info=f"nll {row['nll']:.3f}")
+
+        sft_rows = await asyncio.to_thread(train_sft, self.actor, demos, cfg.sft, cfg.run.seed, on_step)
+        progress.remove_task(bar)
+        with (self.run_dir / "sft.jsonl").open("w") as out:
+            out.writelines(json.dumps(r) + "\n" for r in sft_rows)
+        self.actor.reset_optimizer()
+        self.actor.snapshot_reference()
+        await self._sync(self.version + 1)
+        row: dict[str, Any] = {
+            "step": 0, "phase": "sft", "policy_version": self.version, "sft_demos": len(demos),
+            "sft_steps": len(sft_rows), "sft_nll_first": nll[0], "sft_nll_last": nll[-1], "sft_sources": made,
+        }  # fmt: skip
+        self.console.print(
+            f"warm start: {len(demos)} demonstrations, {len(sft_rows)} steps, nll {nll[0]:.3f} -> {nll[-1]:.3f}"
+        )
+        if self.val_tasks:
+            row.update(await self._validate(0, progress, name="sft"))
+        row["sft_s"] = time.perf_counter() - t0
+        await asyncio.to_thread(self._save, 0, row)
+        return row
+
     # ------------------------------------------------------------------ stages
     async def _collect(self, step: int, progress: Progress) -> tuple[list[RolloutResult], int]:
         """Roll out and grade this step's groups; DAPO dynamic sampling refills uninformative ones."""
@@ -230,13 +264,16 @@ class Trainer:
                 break
             refills += 1
             results += await self._rollout(self._draw(missing), progress, f"step {step} refill {refills}")
+        assert self.curriculum is not None
+        self.curriculum.update(results)
         return results, refills
 
     def _draw(self, n: int) -> list[RolloutGroup]:
-        """The next ``n`` training tasks of a deterministic shuffled cycle (resumable by cursor), each a
-        fresh group of ``train.group_size`` samples (a task drawn twice makes two groups)."""
-        picked = [self.tasks[(self.cursor + i) % len(self.tasks)] for i in range(n)]
-        self.cursor += n
+        """The next ``n`` training tasks (:class:`~coderl.train.curriculum.Curriculum`: a seeded
+        shuffled cycle, or the tasks at the policy's edge), each a fresh group of ``train.group_size``
+        samples (a task drawn twice makes two groups)."""
+        assert self.curriculum is not None
+        picked = self.curriculum.draw(n)
         self._draws += 1
         return task_groups(picked, self.cfg.train.group_size, tag=f"{self._draws}.")
 
@@ -333,26 +370,32 @@ class Trainer:
         checkpoint and the metrics file must lose neither."""
         tmp = checkpoints.begin(self.run_dir, step)
         self.actor.save(tmp / "actor")
-        state = {"step": step, "cursor": self.cursor, "policy_version": self.version, "row": row}
+        assert self.curriculum is not None
+        state = {
+            "step": step,
+            "curriculum": self.curriculum.state(),
+            "policy_version": self.version,
+            "row": row,
+        }
         checkpoints.commit(self.run_dir, tmp, step, state, self.cfg.train.keep_checkpoints)
 
-    async def _validate(self, step: int, progress: Progress) -> dict[str, Any]:
+    async def _validate(self, step: int, progress: Progress, name: str = "") -> dict[str, Any]:
         """Held-out pass@1: every held-out task ``train.val_samples`` times at the validation
         temperature, graded like training rollouts, stored under ``validation/step-N``."""
         assert self.contexts is not None
         t = self.cfg.train
         temperature = self.cfg.rollout.temperature if t.val_temperature is None else t.val_temperature
-        groups = task_groups(self.val_tasks, t.val_samples, tag=f"val{step}.")
-        label = f"step {step} held-out validation"
+        groups = task_groups(self.val_tasks, t.val_samples, tag=f"val{step}{name}.")
+        label = f"step {step} held-out validation{' after the warm start' if name else ''}"
         results = await self._rollout(groups, progress, label, self.contexts.with_temperature(temperature))
-        store = TrajectoryStore(self.run_dir / "validation" / f"step-{step:06d}")
+        store = TrajectoryStore(self.run_dir / "validation" / f"step-{step:06d}{'-' + name if name else ''}")
         for r in results:
             store.add(r.trajectory, r.record(step=step))
         store.close()
         report = build_report([r.report_row() for r in results], {x.id: x.tier for x in self.val_tasks}, [1])
         lo, hi = report["pass@1_ci95"]
         self.console.print(
-            f"step {step}: held-out pass@1 {report['pass@1']:.3f} [95% {lo:.3f}, {hi:.3f}] over "
+            f"step {step}{' (' + name + ')' if name else ''}: held-out pass@1 {report['pass@1']:.3f} [95% {lo:.3f}, {hi:.3f}] over "
             f"{len(self.val_tasks)} tasks x {t.val_samples} samples ({report['resolved_instances']} tasks solved)"
         )
         return {

@@ -83,6 +83,9 @@ def run_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
             f"{heldout(first)} at step {first['step']} -> {heldout(last)} at step {last['step']} ({rise:+.3f}; "
             f"{last['val_tasks']} held-out tasks x {last['val_samples']} samples, 95% intervals)"
         )
+    warm = [r for r in vals if r.get("phase") == "sft"]
+    if warm:
+        summary["held-out pass@1 after the warm start"] = heldout(warm[-1])
     train = [r for r in rows if "pass_rate" in r]
     summary["steps"] = len(train)
     if not train:

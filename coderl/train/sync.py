@@ -55,27 +55,31 @@ class CheckpointFolderSync(WeightSync):
         self.model = model
 
     async def push(self, actor: Actor, engine: Engine, version: int) -> None:
-        await asyncio.to_thread(self.export, actor)
+        await asyncio.to_thread(export_checkpoint, actor, self.model, self.folder)
         await engine.update_weights(self.folder)
 
-    def export(self, actor: Actor) -> None:
-        from safetensors.torch import save_file
 
-        tmp = self.folder.with_name(self.folder.name + ".tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        shutil.copytree(resolve_checkpoint(self.model.path, self.model.cache_dir), tmp)
-        for old in tmp.glob("*.safetensors"):
-            old.unlink()
-        state: dict[str, Any] = {}
-        seen: set[int] = set()
-        for name, tensor in actor.state_dict_for_engine().items():
-            if tensor.data_ptr() in seen:  # tied weights (lm_head = embed_tokens): stored once, as HF does
-                continue
-            seen.add(tensor.data_ptr())
-            state[name] = tensor.contiguous().cpu()
-        save_file(state, str(tmp / "model.safetensors"))
-        shutil.rmtree(self.folder, ignore_errors=True)
-        tmp.rename(self.folder)
+def export_checkpoint(actor: Actor, model: ModelConfig, folder: Path) -> Path:
+    """The actor's current weights as a complete Hugging Face checkpoint folder (the base checkpoint's
+    config and tokenizer, the weights - LoRA merged - in ``model.safetensors``), written atomically:
+    what an HTTP server loads, and what ``model.path`` can start a later run from."""
+    from safetensors.torch import save_file
+
+    tmp = folder.with_name(folder.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    weights = shutil.ignore_patterns("*.safetensors", "*.safetensors.index.json", "*.bin", "*.gguf")
+    shutil.copytree(resolve_checkpoint(model.path, model.cache_dir), tmp, ignore=weights)
+    state: dict[str, Any] = {}
+    seen: set[int] = set()
+    for name, tensor in actor.state_dict_for_engine().items():
+        if tensor.data_ptr() in seen:  # tied weights (lm_head = embed_tokens): stored once, as HF does
+            continue
+        seen.add(tensor.data_ptr())
+        state[name] = tensor.contiguous().cpu()
+    save_file(state, str(tmp / "model.safetensors"))
+    shutil.rmtree(folder, ignore_errors=True)
+    tmp.rename(folder)
+    return folder
 
 
 class LoraAdapterSync(WeightSync):

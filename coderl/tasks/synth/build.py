@@ -83,6 +83,7 @@ class _State:
     dropped: Counter[str] = field(default_factory=Counter)
     tried: Counter[str] = field(default_factory=Counter)
     kept_kinds: Counter[str] = field(default_factory=Counter)
+    surplus: int = 0
 
 
 def library_files(repo: Path) -> list[str]:
@@ -215,6 +216,8 @@ async def synthesize(
                     failures = [run.cases[t] for t in f2p if t in run.cases]
                     state.kept.append(Kept(m, f2p, p2p, files, failures))
                     state.kept_kinds[m.kind] += 1
+                else:
+                    state.surplus += 1  # caught, but another worker filled the last place first
                 if on_progress is not None:
                     on_progress("mutants", state)
 
@@ -241,6 +244,7 @@ async def synthesize(
         "tried": sum(state.tried.values()),
         "kept": len(written) - len(failures),
         "dropped": {reason: state.dropped.get(reason, 0) for reason in DROP_REASONS},
+        "surplus": state.surplus,
         "by_kind": {k: {"tried": state.tried[k], "kept": state.kept_kinds[k]} for k in sorted(state.tried)},
         "baseline_passing_tests": len(passing),
         "baseline_failing_tests": len(baseline.cases) - len(passing),

@@ -1,0 +1,60 @@
+"""``coderl sft``: a supervised warm start of the policy on demonstrations (gold patches, resolved rollouts)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from coderl.config import load_config
+from coderl.config.packaged import default_train_config
+from coderl.rundir import create_run_dir
+
+
+def run_sft(ns: argparse.Namespace) -> int:
+    from coderl.chat import ChatFormat
+    from coderl.tasks.split import train_and_held_out
+    from coderl.train.actor import Actor
+    from coderl.train.sft import build_demos, train_sft
+    from coderl.train.sync import export_checkpoint
+
+    cfg = load_config(
+        ns.config_path, ns.config_overrides, defaults=None if ns.config_path else default_train_config()
+    )
+    console = Console(stderr=True)
+    run_dir = create_run_dir(cfg, "sft")
+    t = cfg.train
+    _, held, _ = train_and_held_out(t.tasks, t.val_tasks, t.val_size)
+    chat = ChatFormat.for_model(cfg.model)
+    with console.status("making demonstrations"):
+        demos, made = asyncio.run(build_demos(cfg, chat, {task.id for task in held}))
+    console.print(f"{len(demos)} demonstrations: {json.dumps(made)}")
+    actor = Actor(cfg.actor.model_copy(update={"seed": cfg.run.seed}), cfg.model.path, cfg.model.cache_dir)
+    with console.status("loading the policy"):
+        actor.setup()
+    steps = cfg.sft.epochs * -(-min(len(demos), cfg.sft.max_demos or len(demos)) // cfg.sft.batch_size)
+    with Progress(
+        TextColumn("sft"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"), TimeElapsedColumn(),
+        console=console,
+    ) as progress:  # fmt: skip
+        bar = progress.add_task("sft", total=steps, info="")
+        rows = train_sft(
+            actor,
+            demos,
+            cfg.sft,
+            cfg.run.seed,
+            lambda r: progress.update(bar, advance=1, info=f"nll {r['nll']:.3f}"),
+        )
+    with (run_dir / "sft.jsonl").open("w") as out:
+        out.writelines(json.dumps(r) + "\n" for r in rows)
+    model = Path(ns.out) if ns.out else run_dir / "model"
+    export_checkpoint(actor, cfg.model, model)
+    console.print(
+        f"nll {rows[0]['nll']:.3f} -> {rows[-1]['nll']:.3f} over {len(rows)} steps; the warm-started model: {model}\n"
+        f"start RL from it: coderl train model.path={model}"
+    )
+    return 0

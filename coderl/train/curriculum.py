@@ -1,0 +1,78 @@
+"""Which training tasks a step draws: a seeded shuffled cycle, or tasks at the policy's edge.
+
+GRPO learns nothing from a group whose samples all pass or all fail: every advantage is zero. DAPO's
+dynamic sampling drops such groups after the fact; ``train.curriculum=edge`` avoids drawing them. It
+keeps, per task, samples and passes — starting from ``coderl tasks calibrate``'s estimates for this
+model and these rollout settings, then adding every training rollout — and draws first the tasks
+whose observed pass rate is strictly between 0 and 1, then tasks never tried, then the others (the
+ones nearest a rate of 1/2 first). Ties break by a seeded random order, so a run is reproducible.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any, Literal
+
+from coderl.rollout.runner import RolloutResult
+from coderl.tasks.calibration import Estimate
+from coderl.types import Task
+
+CurriculumName = Literal["none", "edge"]
+
+
+class Curriculum:
+    def __init__(
+        self, tasks: list[Task], mode: CurriculumName, estimates: dict[str, Estimate], seed: int
+    ) -> None:
+        self.tasks = list(tasks)
+        self.mode = mode
+        self.counts = {t.id: Estimate(e.samples, e.passed) for t in tasks if (e := estimates.get(t.id))}
+        self.rng = random.Random(seed)
+        self.cursor = 0  # the data position of the cycle (mode none)
+
+    def draw(self, n: int) -> list[Task]:
+        """The next ``n`` tasks to roll out (a task appears at most once per draw in mode edge)."""
+        if self.mode == "none":
+            picked = [self.tasks[(self.cursor + i) % len(self.tasks)] for i in range(n)]
+            self.cursor += n
+            return picked
+        ranked = sorted(self.tasks, key=lambda t: (self._band(t), self.rng.random()))
+        picked = ranked[: min(n, len(ranked))]
+        while len(picked) < n:  # more groups than tasks: go round again
+            picked.append(ranked[len(picked) % len(ranked)])
+        return picked
+
+    def _band(self, task: Task) -> tuple[int, float]:
+        est = self.counts.get(task.id)
+        rate = est.rate if est is not None else None
+        if rate is None:
+            return 1, 0.0  # never tried
+        if 0.0 < rate < 1.0:
+            return 0, abs(rate - 0.5)  # at the edge: GRPO has a signal here
+        return 2, abs(rate - 0.5)
+
+    def update(self, results: list[RolloutResult]) -> None:
+        """Add the outcomes of training rollouts."""
+        for r in results:
+            est = self.counts.setdefault(r.trajectory.task_id, Estimate())
+            est.samples += 1
+            est.passed += int(r.resolved)
+
+    def edge_fraction(self) -> float:
+        """Share of the training tasks whose observed pass rate is strictly between 0 and 1."""
+        at_edge = sum(1 for t in self.tasks if self._band(t)[0] == 0)
+        return at_edge / max(len(self.tasks), 1)
+
+    def state(self) -> dict[str, Any]:
+        return {
+            "cursor": self.cursor,
+            "counts": {tid: [e.samples, e.passed] for tid, e in self.counts.items()},
+            "rng": self.rng.getstate(),
+        }
+
+    def load(self, state: dict[str, Any]) -> None:
+        self.cursor = int(state.get("cursor", 0))
+        self.counts = {tid: Estimate(int(s), int(p)) for tid, (s, p) in state.get("counts", {}).items()}
+        if "rng" in state:
+            rng = state["rng"]
+            self.rng.setstate((rng[0], tuple(rng[1]), rng[2]))

@@ -1,0 +1,219 @@
+"""Demonstrations for a supervised warm start, in the token space of the loop that will be trained.
+
+Two sources, both token-exact:
+
+- **Rollouts** (rejection sampling / expert iteration): the resolved trajectories of ``coderl
+  rollout`` / ``eval`` / ``tasks calibrate`` / ``train`` runs, as the engine sampled them.
+- **Gold patches**: for a task whose gold patch changes one line, the moves an expert would make with
+  the loop's own tools — find the function, look at it with line numbers, make the one-line fix —
+  written as the model's side of each turn and played through the real loop by a scripted engine, so
+  the trajectory is exactly what the loop renders (prompt, response prefix, tool output, masks). Only
+  demonstrations whose patch resolves the task under its hidden tests are kept.
+
+Both the ``swe`` loop with a bash response prefix (``grep``, ``cat -n | sed -n``, ``sed -i``) and the
+``swe`` loop with its own tools (``search``, ``view``, ``str_replace``, ``submit``) are written.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from coderl.chat import ChatFormat
+from coderl.engine.scripted import ScriptedEngine
+from coderl.rollout.config import RolloutConfig
+from coderl.rollout.context import ContextFactory
+from coderl.rollout.runner import RolloutSettings, run_rollouts, task_groups
+from coderl.rollout.store import read_trajectories
+from coderl.sandbox import SandboxSpec
+from coderl.tasks.patching import split_patch
+from coderl.types import Task, Trajectory
+
+BASH_OPENER = '"name": "bash", "arguments": {"command": "'
+
+
+@dataclass
+class OneLineFix:
+    """A gold patch that changes one line: where, and the line before and after."""
+
+    path: str
+    line: int
+    """1-based, in the task's (buggy) snapshot."""
+    old: str
+    new: str
+
+
+def one_line_fix(gold: str) -> OneLineFix | None:
+    """The fix, when the gold patch replaces exactly one line of one file (None otherwise)."""
+    files = split_patch(gold)
+    if len(files) != 1:
+        return None
+    hunks = re.split(r"^@@ ", files[0].text, flags=re.M)[1:]
+    if len(hunks) != 1:
+        return None
+    header, _, body = hunks[0].partition("\n")
+    m = re.match(r"-(\d+)", header)
+    if m is None:
+        return None
+    line = int(m.group(1))
+    removed, added = [], []
+    for row in body.splitlines():
+        if row.startswith("-"):
+            removed.append((line, row[1:]))
+        elif row.startswith("+"):
+            added.append(row[1:])
+        if not row.startswith("+"):
+            line += 1
+    if len(removed) != 1 or len(added) != 1:
+        return None
+    return OneLineFix(files[0].path, removed[0][0], removed[0][1], added[0])
+
+
+def enclosing_function(source: str, line: int) -> tuple[str, int, int] | None:
+    """(name, first line, last line) of the innermost function holding ``line``."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    best: tuple[str, int, int] | None = None
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+            last = node.end_lineno or node.lineno
+            if first <= line <= last and (best is None or first >= best[1]):
+                best = (node.name, node.lineno, last)
+    return best
+
+
+def _sed_pattern(text: str) -> str:
+    return re.sub(r"([\\/.*\[\]^$])", r"\\\1", text)
+
+
+def _sed_replacement(text: str) -> str:
+    return re.sub(r"([\\/&])", r"\\\1", text)
+
+
+def _shell(text: str) -> str:
+    """Text to put inside a single-quoted shell word."""
+    return text.replace("'", "'\\''")
+
+
+def _changed_span(old: str, new: str) -> tuple[str, str]:
+    """What a person would type to fix ``old`` into ``new`` with ``s/OLD/NEW/``: the differing middle,
+    widened to whole words and then, a character at a time on both sides, until OLD is not empty and
+    occurs once in the line (so the substitution cannot hit another place)."""
+    start = 0
+    while start < min(len(old), len(new)) and old[start] == new[start]:
+        start += 1
+    end = 0  # characters shared at the end
+    while end < min(len(old), len(new)) - start and old[-1 - end] == new[-1 - end]:
+        end += 1
+
+    def word(c: str) -> bool:
+        return c.isalnum() or c == "_"
+
+    while start > 0 and word(old[start - 1]):
+        start -= 1
+    while end > 0 and word(old[len(old) - end]):
+        end -= 1
+    while start > 0 or end > 0:
+        span = old[start : len(old) - end]
+        if span.strip() and old.count(span) == 1:
+            break
+        start, end = max(0, start - 1), max(0, end - 1)
+    return old[start : len(old) - end], new[start : len(new) - end]
+
+
+def gold_turns(task: Task, rollout: RolloutConfig) -> list[str] | None:
+    """The model's side of each turn of a gold demonstration for the ``swe`` loop (after the response
+    prefix the environment writes), or None when the task's fix is not a one-line change the loop's
+    tools can make in ``rollout.max_turns`` turns."""
+    if rollout.agent != "swe" or task.gold_patch is None:
+        return None
+    fix = one_line_fix(task.gold_patch)
+    if fix is None or not fix.old.strip() or "\n" in fix.old:
+        return None
+    source_path = Path(task.repo) / fix.path
+    if not source_path.is_file():
+        return None
+    source = source_path.read_text()
+    found = enclosing_function(source, fix.line)
+    if found is None:
+        return None
+    name, first, last = found
+    old, new = _changed_span(fix.old, fix.new)
+    bash = (
+        rollout.response_prefix.strip().endswith(BASH_OPENER.strip())
+        or BASH_OPENER in rollout.response_prefix
+    )
+    if bash:
+        commands = [
+            f'grep -rn "def {name}" --include=*.py .',
+            f"cat -n {fix.path} | sed -n '{first},{last}p'",
+            f"sed -i '{fix.line}s/{_shell(_sed_pattern(old))}/{_shell(_sed_replacement(new))}/' {fix.path}",
+        ]
+        if rollout.max_turns < len(commands):
+            return None
+        return [json.dumps(c)[1:-1] + '"}}\n</tool_call>' for c in commands]
+    calls = [
+        ("search", {"text": f"def {name}"}),
+        ("view", {"path": fix.path, "start": first, "end": last}),
+        ("str_replace", {"path": fix.path, "old": fix.old.strip(), "new": fix.new.strip()}),
+        ("submit", {}),
+    ]
+    if source.count(fix.old.strip()) != 1 or rollout.max_turns < len(calls):
+        return None
+    opener = rollout.response_prefix
+    turns = []
+    for tool, args in calls:
+        text = "<tool_call>\n" + json.dumps({"name": tool, "arguments": args}) + "\n</tool_call>"
+        if opener and text.startswith(opener):
+            text = text[len(opener) :]
+        elif opener:
+            return None  # a prefix the demonstration cannot continue
+        turns.append(text)
+    return turns
+
+
+async def gold_demonstrations(
+    tasks: list[Task], rollout: RolloutConfig, sandbox: SandboxSpec, chat: ChatFormat, concurrency: int = 2
+) -> tuple[list[Trajectory], dict[str, int]]:
+    """Gold demonstrations of ``tasks`` played through the real loop, and counts of what was skipped
+    (no one-line fix / not resolved when played)."""
+    counts = {"no_one_line_fix": 0, "did_not_resolve": 0, "kept": 0}
+    demos: list[Trajectory] = []
+    contexts = ContextFactory(rollout.model_copy(update={"temperature": 1.0}), sandbox, chat)
+    settings = RolloutSettings(agent=rollout.agent, max_sandboxes=concurrency, grade_concurrency=concurrency)
+    for task in tasks:
+        turns = gold_turns(task, rollout)
+        if turns is None:
+            counts["no_one_line_fix"] += 1
+            continue
+        engine = ScriptedEngine(turns, chat.tokenizer, default="Done.")
+        (result,) = await run_rollouts(task_groups([task], 1, tag="demo"), engine, contexts, settings)
+        if not result.resolved:
+            counts["did_not_resolve"] += 1
+            continue
+        demos.append(result.trajectory)
+        counts["kept"] += 1
+    return demos, counts
+
+
+def rollout_demonstrations(run_dirs: list[Path]) -> list[Trajectory]:
+    """The resolved trajectories (every sequence) of finished runs: rejection sampling."""
+    out: list[Trajectory] = []
+    fields = set(Trajectory.__dataclass_fields__) - {"parts"}
+    for run in run_dirs:
+        folders = (
+            [run]
+            if (run / "trajectories").is_dir()
+            else sorted(p for p in run.iterdir() if (p / "trajectories").is_dir())
+        )
+        for folder in folders:
+            for row in read_trajectories(folder):
+                if row.get("resolved") and any(row.get("response_mask") or []):
+                    out.append(Trajectory(**{k: v for k, v in row.items() if k in fields}))
+    return out

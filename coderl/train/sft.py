@@ -1,0 +1,121 @@
+"""The supervised warm start: the actor learns to imitate demonstrations, token for token.
+
+The loss is the negative log-likelihood of the demonstrations' model tokens (mask 1: what the
+assistant wrote; tool output and prompts are context, never targets), averaged over the batch's
+model tokens — through the same actor, packing and chat layer as RL, so what SFT teaches is exactly
+what the RL loop will sample in. ``coderl sft`` writes the result as a Hugging Face checkpoint folder
+``coderl train model.path=...`` starts from; ``sft.before_rl`` runs it inside ``coderl train``.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from coderl.chat import ChatFormat
+from coderl.config import Config
+from coderl.errors import ConfigError
+from coderl.tasks import load_tasks
+from coderl.train.actor import Actor
+from coderl.train.config import SFTConfig
+from coderl.train.demos import gold_demonstrations, rollout_demonstrations
+from coderl.types import Trajectory
+
+
+def nll_loss(batch: list[Trajectory]) -> Callable[..., torch.Tensor]:
+    """The actor's loss_fn: -(sum of model-token log-probs) / (model tokens of the whole batch)."""
+    masks = [torch.tensor(t.response_mask, dtype=torch.float32) for t in batch]
+    total = max(float(sum(m.sum() for m in masks)), 1.0)
+
+    def loss_fn(indices: list[int], logprobs: list[torch.Tensor], *_: object) -> torch.Tensor:
+        terms = [(lp * masks[i].to(lp.device)).sum() for i, lp in zip(indices, logprobs, strict=True)]
+        return -torch.stack(terms).sum() / total
+
+    return loss_fn
+
+
+async def build_demos(
+    cfg: Config, chat: ChatFormat, held_out: set[str], data: list[str] | None = None
+) -> tuple[list[Trajectory], dict[str, Any]]:
+    """The demonstrations ``sft.data`` names, and what was made or skipped of each source. A source
+    that holds a held-out task is an error: a warm start must never see what the run is measured on."""
+    demos: list[Trajectory] = []
+    report: dict[str, Any] = {}
+    for source in data if data is not None else cfg.sft.data:
+        kind, _, rest = source.partition(":")
+        if kind == "gold":
+            tasks = load_tasks(rest)
+            _refuse_held_out(source, [t.id for t in tasks], held_out)
+            made, counts = await gold_demonstrations(
+                tasks, cfg.rollout, cfg.sandbox, chat, cfg.tasks.concurrency
+            )
+            demos += made
+            report[source] = counts
+        elif kind == "runs":
+            made = rollout_demonstrations([Path(rest)])
+            _refuse_held_out(source, [t.task_id for t in made], held_out)
+            demos += made
+            report[source] = {"kept": len(made)}
+        else:
+            raise ConfigError(f"sft.data: got {source!r}; each source is gold:TASK_SOURCE or runs:RUN_DIR")
+    return demos, report
+
+
+def _refuse_held_out(source: str, task_ids: list[str], held_out: set[str]) -> None:
+    leaked = sorted(set(task_ids) & held_out)
+    if leaked:
+        raise ConfigError(
+            f"sft.data: {source!r} holds {len(leaked)} held-out task(s) ({', '.join(leaked[:5])}"
+            f"{', ...' if len(leaked) > 5 else ''}); demonstrations must come from training tasks only — "
+            "use other tasks, or hold out others (train.val_tasks)"
+        )
+
+
+def train_sft(
+    actor: Actor,
+    demos: list[Trajectory],
+    sft: SFTConfig,
+    seed: int,
+    on_step: Callable[[dict[str, Any]], None] | None = None,
+) -> list[dict[str, Any]]:
+    """``sft.epochs`` passes over ``demos`` (a seeded order, ``sft.batch_size`` per optimizer step) at
+    ``sft.lr``, from a fresh optimizer; one metrics row per step."""
+    if not demos:
+        raise ConfigError("sft.data gave no demonstrations; nothing to train on")
+    rng = random.Random(seed)
+    pool = list(demos)
+    if sft.max_demos is not None and len(pool) > sft.max_demos:
+        pool = rng.sample(pool, sft.max_demos)
+    actor.reset_optimizer(lr=sft.lr)
+    rows: list[dict[str, Any]] = []
+    for epoch in range(sft.epochs):
+        order = pool[:]
+        rng.shuffle(order)
+        for start in range(0, len(order), sft.batch_size):
+            batch = order[start : start + sft.batch_size]
+            t0 = time.perf_counter()
+            stats = actor.train_step(
+                [t.prompt_ids + t.response_ids for t in batch],
+                [len(t.prompt_ids) for t in batch],
+                1.0,
+                nll_loss(batch),
+            )
+            model_tokens = sum(sum(t.response_mask) for t in batch)
+            row = {
+                "sft_step": len(rows) + 1,
+                "epoch": epoch + 1,
+                "demos": len(batch),
+                "model_tokens": model_tokens,
+                "nll": stats["loss"],
+                "grad_norm": stats["grad_norm"],
+                "step_s": time.perf_counter() - t0,
+            }
+            rows.append(row)
+            if on_step is not None:
+                on_step(row)
+    return rows

@@ -1,0 +1,58 @@
+"""Per-task difficulty estimates and the curriculum that draws tasks at the policy's edge."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from coderl.config import load_config
+from coderl.rollout.runner import RolloutResult
+from coderl.tasks.calibration import Estimate, calibration_dir, load_estimates, save_estimates, setting_key
+from coderl.train.curriculum import Curriculum
+from coderl.types import Task, Trajectory
+
+
+def _tasks(n: int) -> list[Task]:
+    return [Task(id=f"t{i}", instruction="", repo=Path("."), fail_to_pass=[], pass_to_pass=[]) for i in range(n)]
+
+
+def _result(task_id: str, resolved: bool) -> RolloutResult:
+    return RolloutResult(Trajectory(task_id=task_id, group_id="g", prompt_ids=[]), resolved, None)
+
+
+def test_estimates_are_keyed_by_model_and_settings_and_add_up(tmp_path: Path) -> None:
+    cfg = load_config()
+    key, setting = setting_key(cfg.model, cfg.rollout)
+    hotter, _ = setting_key(cfg.model, cfg.rollout.model_copy(update={"temperature": 0.5}))
+    bigger_batch, _ = setting_key(cfg.model, cfg.rollout.model_copy(update={"max_sandboxes": 99}))
+    assert key != hotter and key == bigger_batch  # only settings that change the pass rate
+    source = f"native:{tmp_path}"
+    assert calibration_dir(source) == tmp_path / "calibration"
+    save_estimates(source, key, setting, {"a": Estimate(4, 1), "b": Estimate(4, 0)})
+    save_estimates(source, key, setting, {"a": Estimate(4, 3)})
+    got = load_estimates(source, key)
+    assert got["a"] == Estimate(8, 4) and got["a"].rate == 0.5 and got["b"].rate == 0.0
+    assert load_estimates(source, hotter) == {}
+
+
+def test_edge_draws_tasks_between_0_and_1_then_untried_then_the_rest() -> None:
+    tasks = _tasks(6)
+    estimates = {"t0": Estimate(4, 0), "t1": Estimate(4, 2), "t2": Estimate(4, 4), "t3": Estimate(4, 1)}
+    cur = Curriculum(tasks, "edge", estimates, seed=0)
+    assert {t.id for t in cur.draw(2)} == {"t1", "t3"}  # the edge
+    assert {t.id for t in cur.draw(4)} == {"t1", "t3", "t4", "t5"}  # then the never-tried ones
+    assert cur.edge_fraction() == 2 / 6
+    cur.update([_result("t0", True), _result("t2", False)])  # training rollouts move t0 and t2 to the edge
+    assert {t.id for t in cur.draw(4)} == {"t0", "t1", "t2", "t3"}
+    again = Curriculum(tasks, "edge", {}, seed=7)
+    again.load(cur.state())  # a checkpoint's curriculum: the same counts and random state
+    assert again.counts == cur.counts
+    assert [t.id for t in again.draw(6)] == [t.id for t in cur.draw(6)]
+
+
+def test_none_is_a_resumable_cycle() -> None:
+    tasks = _tasks(3)
+    cur = Curriculum(tasks, "none", {}, seed=0)
+    assert [t.id for t in cur.draw(2)] == ["t0", "t1"] and [t.id for t in cur.draw(2)] == ["t2", "t0"]
+    resumed = Curriculum(tasks, "none", {}, seed=0)
+    resumed.load({"cursor": 4})  # what an old checkpoint holds
+    assert [t.id for t in resumed.draw(1)] == ["t1"]

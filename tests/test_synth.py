@@ -1,0 +1,139 @@
+"""Procedural task synthesis: mutations by hand, the issue text, and `coderl tasks synth` end to end on a
+repository the project has never seen (tests/data/synth_repo), proven by `coderl tasks validate`."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from coderl.cli.main import main
+from coderl.errors import TaskError
+from coderl.tasks import load_tasks
+from coderl.tasks.junit import JUnitCase
+from coderl.tasks.synth.build import SynthOptions, gold_patch, protected_lines, synthesize
+from coderl.tasks.synth.issue import issue_text
+from coderl.tasks.synth.mutate import KINDS, find_mutations, interleave
+
+REPO = Path(__file__).parent / "data" / "synth_repo"
+
+SOURCE = '''"""Docstring with 1 < 2 in it."""
+
+LIMIT = 10
+
+
+def f(a, b, flag=True, n=3):
+    """Doc: a + b."""
+    if a < b and flag:
+        return a + b
+    elif not a:
+        return g(a, b)
+    else:
+        total = a * 2
+    for i in range(n):
+        total += items[i + 1]
+    return total == 0
+
+
+if __name__ == "__main__":
+    f(1, 2)
+'''
+
+
+def _edits(kind: str) -> list[tuple[str, str]]:
+    return [(SOURCE[m.start : m.end], m.replacement) for m in find_mutations("m.py", SOURCE) if m.kind == kind]
+
+
+def test_each_kind_by_hand() -> None:
+    assert set(KINDS) == {m.kind for m in find_mutations("m.py", SOURCE)}
+    assert ("<", "<=") in _edits("comparison") and ("==", "!=") in _edits("comparison")
+    assert ("+", "-") in _edits("operator") and ("*", "+") in _edits("operator")
+    assert _edits("boolean") == [("and", "or")]
+    assert ("a < b and flag", "not (a < b and flag)") in _edits("negation") and ("not a", "a") in _edits("negation")
+    assert {("True", "False"), ("3", "4"), ("3", "2"), ("10", "11"), ("10", "9")} <= set(_edits("constant"))
+    assert ("1", "2") in _edits("off_by_one") and ("2", "3") in _edits("off_by_one")
+    assert _edits("swap_args") == [("a, b", "b, a")]  # g(a, b); range(n) has one argument
+    assert ("return ", "") in _edits("drop_return")
+    assert ("    else:\n        total = a * 2\n", "") in _edits("drop_branch")
+    for m in find_mutations("m.py", SOURCE):
+        assert "Doc" not in SOURCE[m.start : m.end] and "__main__" not in SOURCE[m.start : m.end]
+        assert m.function in ("f", "")  # docstrings and the main guard are never mutated
+
+
+def test_mutants_parse_and_are_distinct_and_the_order_is_seeded() -> None:
+    import ast
+
+    mutations = find_mutations("m.py", SOURCE)
+    texts = [m.apply(SOURCE) for m in mutations]
+    assert len(set(texts)) == len(texts) and SOURCE not in texts
+    for text in texts:
+        ast.parse(text)
+    first = [m for m in interleave(mutations, seed=1)]
+    assert first == list(interleave(mutations, seed=1)) and first != list(interleave(mutations, seed=2))
+    assert sorted(first, key=lambda m: (m.start, m.kind, m.replacement)) == mutations
+    assert len({m.kind for m in first[: len(KINDS)]}) == len(KINDS)  # each kind in turn
+
+
+def test_the_issue_quotes_the_test_never_the_library(tmp_path: Path) -> None:
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_x.py").write_text("def test_total():\n    assert total(\n        [1, 2]\n    ) == 3\n")
+    case = JUnitCase(
+        "tests/test_x.py::test_total", "failed",
+        message="AssertionError: assert 4 == 3\n +  where 4 = total([1, 2])\nlib/x.py:12: in total",
+        text="def test_total():\n>   assert total(\ntests/test_x.py:2: \n\nlib/x.py:12: in total\n    return sum(v + 1 for v in values)\nE   AssertionError",
+    )  # fmt: skip
+    text = issue_text([case], tmp_path, others=2)
+    assert "`tests/test_x.py::test_total` fails" in text and "assert total(\n" in text and ") == 3" in text
+    assert "AssertionError: assert 4 == 3" in text and "2 other tests fail" in text
+    assert "lib/x.py" not in text and "sum(v + 1" not in text  # no library file, no buggy line
+
+
+def test_protected_lines_come_from_the_other_tasks_gold_patches(tmp_path: Path) -> None:
+    task = tmp_path / "tasks" / "lib-001"
+    task.mkdir(parents=True)
+    (task / "task.yaml").write_text(yaml.safe_dump({"id": "lib-001", "repo": "lib", "tier": "easy"}))
+    (task / "gold.patch").write_text(gold_patch("lib/a.py", "x = 1\ny = 2\nz = 3\n", "x = 1\ny = 5\nz = 3\n"))
+    assert protected_lines(tmp_path / "tasks", "lib", "synth") == {"lib/a.py": {0, 1, 2, 3, 4}}
+    assert protected_lines(tmp_path / "tasks", "lib", "easy") == {}  # a tier never protects itself
+    assert protected_lines(tmp_path / "tasks", "other", "synth") == {}
+
+
+@pytest.mark.slow
+def test_synth_on_an_unseen_repository_gives_tasks_that_validate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "suite"
+    assert main(["tasks", "synth", str(REPO), str(out), "--n", "4", "--seed", "3", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["kept"] == 4 and len(summary["task_ids"]) == 4
+    # every mutant is accounted for: kept, dropped for a reason, or caught after the last place was filled
+    dropped = summary["dropped"]
+    assert summary["tried"] + dropped["overlaps_existing_task"] == summary["kept"] + sum(dropped.values()) + summary["surplus"]
+    tasks = load_tasks(f"native:{out}")
+    assert [t.id for t in tasks] == summary["task_ids"] and all(t.tier == "synth" for t in tasks)
+    for t in tasks:
+        assert t.fail_to_pass and t.pass_to_pass and t.gold_patch
+        withheld = {p.split("::")[0] for p in t.fail_to_pass}
+        assert withheld <= set(t.hidden_tests)  # the catching tests run at grading...
+        assert not any((t.repo / p).exists() for p in withheld)  # ...and are not in the agent's snapshot
+        assert t.metadata["synth"]["kind"] in KINDS  # type: ignore[index]
+        assert t.instruction.count("`tests/") >= 1 and "romankit/" not in t.instruction
+    assert main(["tasks", "validate", f"tasks.source=native:{out}", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["ok"] == report["total"] == 4
+
+
+async def test_bad_repositories_get_clear_errors(tmp_path: Path) -> None:
+    no_tests = tmp_path / "no_tests"
+    shutil.copytree(REPO / "romankit", no_tests / "romankit")
+    with pytest.raises(TaskError, match="no test files"):
+        await synthesize(no_tests, tmp_path / "out1", SynthOptions(n=1))
+    failing = tmp_path / "failing"
+    shutil.copytree(REPO, failing)
+    for test in (failing / "tests").glob("test_*.py"):
+        test.write_text("def test_broken():\n    assert False\n")
+    with pytest.raises(TaskError, match="passes no test"):
+        await synthesize(failing, tmp_path / "out2", SynthOptions(n=1))
+    with pytest.raises(TaskError, match="not a folder"):
+        await synthesize(tmp_path / "missing", tmp_path / "out3", SynthOptions(n=1))
