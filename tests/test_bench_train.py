@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from coderl.bench.learn import summarise
+from coderl.bench.learn import paired_rise
 from coderl.bench.train import variable_batch
 from coderl.cli.main import main
 
@@ -18,15 +18,18 @@ def test_variable_batch_spreads_lengths_evenly() -> None:
     assert all(0 <= t < 100 for s in seqs for t in s)
 
 
-def test_learn_summary_compares_first_and_last_windows() -> None:
-    rows = [{"pass_rate": p, "shaped_reward_mean": r, "format_errors_mean": 3.0 - r}
-            for p, r in [(0.0, 0.1), (0.0, 0.2), (0.5, 0.2), (0.0, 0.4), (0.25, 0.5), (0.5, 0.6)]]  # fmt: skip
-    got = summarise(rows, window=2)
-    assert got["window"] == 2 and got["steps"] == 6
-    assert got["first_pass_rate"] == 0.0 and got["last_pass_rate"] == pytest.approx(0.375)
-    assert got["pass_rate_rose"] and got["reward_rose"]
-    assert got["first_reward"] == pytest.approx(0.15) and got["last_format_errors"] == pytest.approx(2.45)
-    assert summarise(rows[:3], window=5)["window"] == 1  # never more than half the run per end
+def test_paired_rise_by_hand_and_its_bootstrap_interval() -> None:
+    # two seeds, three tasks: per-task rise averaged over seeds is a: (1-0 + 0.5-0)/2 = 0.75,
+    # b: (0-0 + 0-0)/2 = 0, c: (0.5-0.5 + 1-0.5)/2 = 0.25; the mean rise is 1/3
+    starts = [{"a": 0.0, "b": 0.0, "c": 0.5}, {"a": 0.0, "b": 0.0, "c": 0.5}]
+    ends = [{"a": 1.0, "b": 0.0, "c": 0.5}, {"a": 0.5, "b": 0.0, "c": 1.0}]
+    got = paired_rise(starts, ends)
+    assert got["tasks"] == 3 and got["mean_rise"] == pytest.approx(1 / 3)
+    lo, hi = got["rise_ci95"]
+    assert 0.0 <= lo < 1 / 3 < hi <= 0.75  # within the smallest and largest task rise
+    flat = paired_rise(starts, starts)
+    assert flat["mean_rise"] == 0.0 and flat["rise_ci95"] == [0.0, 0.0]
+    assert paired_rise([{"a": 0.0}], [{"b": 1.0}])["tasks"] == 0  # no task measured at both ends
 
 
 @pytest.mark.slow

@@ -43,3 +43,32 @@ def test_tasks_list_json(capsys: pytest.CaptureFixture[str]) -> None:
     rows = json.loads(capsys.readouterr().out)
     assert len(rows) >= 30 and {"id", "tier", "source"} <= set(rows[0])
     assert all(r["source"] == "bundled" for r in rows)
+
+
+def test_the_synth_tier_is_large_disjoint_and_hides_its_tests() -> None:
+    from pathlib import Path
+
+    from coderl.tasks.native import BUNDLED_ROOT
+    from coderl.tasks.synth.build import protected_lines
+
+    synth = load_tasks("bundled:synth")
+    assert len(synth) >= 300 and {t.tier for t in synth} == {"synth"}
+    assert not {t.id for t in synth} & {t.id for t in load_tasks("bundled")}  # `bundled` = hand-written only
+    repos = {str(t.metadata["repo_name"]) for t in synth}
+    assert len(repos) == 6
+    protected_in = {repo: protected_lines(BUNDLED_ROOT / "tasks", repo, "synth") for repo in repos}
+    for t in synth:
+        meta = t.metadata["synth"]
+        protected = protected_in[str(t.metadata["repo_name"])]
+        assert meta["line"] not in protected.get(meta["path"], set()), t.id  # never a hand-written task's line
+        assert t.fail_to_pass and t.pass_to_pass and t.gold_patch
+        assert not any((Path(t.repo) / p).exists() for p in t.hidden_tests), t.id  # withheld from the agent
+        assert "`tests/" in t.instruction and meta["path"] not in t.instruction
+
+
+async def test_a_sample_of_the_synth_tier_validates() -> None:
+    import random
+
+    sample = random.Random(0).sample(load_tasks("bundled:synth"), 8)
+    report = await validate_tasks(sample, concurrency=2)
+    assert report["failures"] == [] and report["ok"] == 8

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -155,3 +156,32 @@ def test_train_syncs_weights_into_an_http_engine_server(
     else:  # one small adapter folder per sync; the one before is gone once the server has read it
         assert [p.name for p in (run / "weights").iterdir()] == ["adapter-v2"]
         assert (run / "weights" / "adapter-v2" / "adapter_model.safetensors").is_file()
+
+
+def test_warm_start_then_rl_with_two_held_out_sets(tmp_path: Path) -> None:
+    """The main job's chain on a small scale: validate (step 0) -> supervised warm start on gold
+    demonstrations of the training tasks -> validate -> RL -> validate, on a synthesised suite."""
+    from coderl.tasks.synth.build import SynthOptions, synthesize
+
+    suite = tmp_path / "suite"
+    asyncio.run(synthesize(Path(__file__).parent / "data" / "synth_repo", suite, SynthOptions(n=6, seed=1)))
+    run = tmp_path / "run"
+    out = _finish(
+        _train(
+            f"train.tasks=native:{suite}", "train.val_tasks=", "train.val_size=1", "train.val_samples=1",
+            "train.val_also=bundled:collkit-001", "train.steps=1", "train.tasks_per_step=1", "train.group_size=2",
+            "rollout.tools=[bash]", "rollout.max_tokens=40", "sft.before_rl=true", f"sft.data=[gold:native:{suite}]",
+            "sft.lr=1e-5", f"run.dir={run}",
+        )
+    )  # fmt: skip
+    rows = checkpoints.read_metrics(run / "metrics.jsonl")
+    assert [(r["step"], r.get("phase")) for r in rows] == [(0, "start"), (0, "sft"), (1, None)]
+    warm = rows[1]
+    assert warm["sft_demos"] >= 1 and warm["sft_steps"] >= 1 and warm["policy_version"] == 1
+    sources = warm["sft_sources"][f"gold:native:{suite}"]
+    assert sources["held_out_skipped"] == 1  # the held-out task was never demonstrated
+    for row in (rows[0], rows[1], rows[2]):  # both held-out sets at every validation
+        assert row["val_tasks"] == 1 and row["val_also_tasks"] == 1
+    assert rows[2]["policy_version"] == 2  # the warm start, then one RL update
+    assert "held-out pass@1 (start -> end)" in out and "warm start:" in out
+    assert (run / "sft.jsonl").is_file() and checkpoints.latest(run) is not None

@@ -23,6 +23,7 @@ from coderl.engine.scripted import ScriptedEngine
 from coderl.rollout.context import ContextFactory
 from coderl.tasks import load_tasks
 from coderl.train.batch import build_batch, sequences_of
+from coderl.train.curriculum import Curriculum
 from coderl.train.ledger import SampledLedger
 from coderl.train.loop import Trainer
 from coderl.types import Task, Trajectory
@@ -63,6 +64,7 @@ async def test_every_sequence_of_a_rollout_gets_its_counted_rows_advantage(
     cfg = load_config(overrides=overrides)
     trainer = Trainer(cfg, tmp_path)
     trainer.tasks = load_tasks(f"native:{make_native(tmp_path)}")
+    trainer.curriculum = Curriculum(trainer.tasks, "none", {}, seed=0)
     trainer.ledger = SampledLedger(ScriptedEngine())
     trainer.contexts = ContextFactory(cfg.rollout, cfg.sandbox, ChatFormat(tokenizer))
     PartsLoop.started = itertools.count()

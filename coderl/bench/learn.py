@@ -1,78 +1,145 @@
-"""``coderl bench learn``: does training move the numbers? A fixed task set, fixed seeds, ~20 steps of
-``coderl train`` (packaged defaults unless overridden); the pass rate and the (shaped) reward of the
-first and the last ``window`` steps, and whether they rose. A measurement for BENCHMARKS.md, not a
-pass/fail test: a 135M model on CPU may well not improve in 20 steps, and the figure says so.
+"""``coderl bench learn``: does the main job's recipe make the agent solve more held-out tasks?
+
+The recipe (``coderl train``'s packaged defaults, or the config given) runs once per seed, and once
+more per seed as a control with every learning rate at 0 (``actor.lr=0``, ``sft.lr=0``: the same
+rollouts, grading, validation and seeds, but no learning). Each run validates on its held-out tasks
+before any update and after the last; the figures are:
+
+- held-out pass@1 at start and end, per seed, for the recipe and for the control;
+- the mean rise over seeds, with a paired bootstrap 95% interval: tasks are resampled (10,000 times,
+  seeded), and each resample's rise is the mean over its tasks of (end - start) pass rate averaged
+  over seeds; start and end of a task are paired within a seed;
+- the control's rise and its interval (it should be within its own noise: the interval holds 0).
+
+Both held-out sets are reported: the split of ``train.tasks`` (``val``) and ``train.val_also``
+(``val_also``, the hand-written warm-up tier in the packaged defaults).
 """
 
 from __future__ import annotations
 
 import asyncio
+import random
+import statistics
+from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
 from coderl.bench.report import machine_info
 from coderl.config import Config
+from coderl.rollout.store import read_trajectories
 from coderl.rundir import create_run_dir
 from coderl.train.checkpoints import read_metrics
 
-
-def _mean(rows: list[dict[str, Any]], key: str) -> float:
-    values = [float(r.get(key, 0.0)) for r in rows]
-    return sum(values) / len(values) if values else 0.0
+BOOTSTRAP = 10_000
 
 
-def summarise(rows: list[dict[str, Any]], window: int) -> dict[str, Any]:
-    """First / last ``window`` steps of a run's metric rows."""
-    w = max(1, min(window, len(rows) // 2 or 1))
-    first, last = rows[:w], rows[-w:]
-    out: dict[str, Any] = {"steps": len(rows), "window": w}
-    for key, name in (
-        ("pass_rate", "pass_rate"),
-        ("shaped_reward_mean", "reward"),
-        ("format_errors_mean", "format_errors"),
-    ):
-        out[f"first_{name}"] = _mean(first, key)
-        out[f"last_{name}"] = _mean(last, key)
-    out["pass_rate_rose"] = out["last_pass_rate"] > out["first_pass_rate"]
-    out["reward_rose"] = out["last_reward"] > out["first_reward"]
-    return out
+def task_rates(folder: Path) -> dict[str, float]:
+    """Per-task pass rate of one validation (a ``validation/step-N[/val_also]`` folder)."""
+    by_task: dict[str, list[bool]] = defaultdict(list)
+    for row in read_trajectories(folder) if (folder / "trajectories").is_dir() else []:
+        if row.get("part", 0) == 0:
+            by_task[row["task_id"]].append(bool(row.get("resolved")))
+    return {task: sum(v) / len(v) for task, v in by_task.items()}
 
 
-def bench_learn(cfg: Config, window: int = 5, console: Console | None = None) -> dict[str, Any]:
+def paired_rise(starts: list[dict[str, float]], ends: list[dict[str, float]], seed: int = 0) -> dict[str, Any]:
+    """Mean held-out rise over seeds and its paired bootstrap 95% interval over tasks (module doc).
+
+    ``starts[s]`` / ``ends[s]``: task -> pass rate for seed s, before and after training."""
+    tasks = sorted(set.intersection(*(set(s) & set(e) for s, e in zip(starts, ends, strict=True))))
+    if not tasks:
+        return {"mean_rise": 0.0, "rise_ci95": [0.0, 0.0], "tasks": 0}
+    rise = {t: statistics.fmean(e[t] - s[t] for s, e in zip(starts, ends, strict=True)) for t in tasks}
+    rng = random.Random(seed)
+    means = sorted(statistics.fmean(rise[rng.choice(tasks)] for _ in tasks) for _ in range(BOOTSTRAP))
+    return {
+        "mean_rise": statistics.fmean(rise.values()),
+        "rise_ci95": [means[int(0.025 * BOOTSTRAP)], means[int(0.975 * BOOTSTRAP) - 1]],
+        "tasks": len(tasks),
+    }
+
+
+def _one_run(cfg: Config, console: Console, name: str) -> dict[str, Any]:
+    """Train once; per-task pass rates of the first and last validation of each held-out set."""
     from coderl.train.loop import Trainer
 
-    console = console or Console(stderr=True)
-    run_dir = create_run_dir(cfg, "bench-learn")
+    run_dir = create_run_dir(cfg.model_copy(update={"run": cfg.run.model_copy(update={"dir": None})}), name)
+    console.print(f"[bold]{name}[/]: {run_dir}")
     asyncio.run(Trainer(cfg, run_dir, console).run())
     rows = read_metrics(run_dir / "metrics.jsonl")
+    validations = sorted((run_dir / "validation").iterdir()) if (run_dir / "validation").is_dir() else []
+    first, last = (validations[0], validations[-1]) if validations else (run_dir, run_dir)
     return {
-        "machine": machine_info(),
         "run_dir": str(run_dir),
-        "tasks": cfg.train.tasks,
-        "seed": cfg.run.seed,
-        "samples_per_step": cfg.train.tasks_per_step * cfg.train.group_size,
-        **summarise(rows, window),
-        "minutes": sum(r["step_s"] for r in rows) / 60,
+        "minutes": sum(r.get("step_s", 0.0) + r.get("sft_s", 0.0) for r in rows) / 60,
+        "val": (task_rates(first), task_rates(last)),
+        "val_also": (task_rates(first / "val_also"), task_rates(last / "val_also")),
     }
+
+
+def bench_learn(cfg: Config, seeds: list[int], console: Console | None = None) -> dict[str, Any]:
+    console = console or Console(stderr=True)
+    runs: dict[str, list[dict[str, Any]]] = {"recipe": [], "control": []}
+    for seed in seeds:
+        seeded = cfg.model_copy(update={"run": cfg.run.model_copy(update={"seed": seed})})
+        frozen = seeded.model_copy(
+            update={
+                "actor": seeded.actor.model_copy(update={"lr": 0.0}),
+                "sft": seeded.sft.model_copy(update={"lr": 0.0}),
+            }
+        )
+        runs["recipe"].append(_one_run(seeded, console, f"bench-learn-seed{seed}"))
+        runs["control"].append(_one_run(frozen, console, f"bench-learn-seed{seed}-lr0"))
+    out: dict[str, Any] = {
+        "machine": machine_info(),
+        "seeds": seeds,
+        "tasks": cfg.train.tasks,
+        "val_also": cfg.train.val_also,
+        "steps": cfg.train.steps,
+        "warm_start": cfg.sft.before_rl,
+        "minutes_per_run": statistics.fmean(r["minutes"] for rs in runs.values() for r in rs),
+        "run_dirs": {k: [r["run_dir"] for r in v] for k, v in runs.items()},
+    }
+    for held in ("val", "val_also"):
+        for kind, prefix in (("recipe", ""), ("control", "control_")):
+            starts = [r[held][0] for r in runs[kind]]
+            ends = [r[held][1] for r in runs[kind]]
+            key = f"{prefix}" if held == "val" else f"{held}_{prefix}"
+            out[f"{key}start_pass_at_1"] = [statistics.fmean(s.values()) if s else 0.0 for s in starts]
+            out[f"{key}end_pass_at_1"] = [statistics.fmean(e.values()) if e else 0.0 for e in ends]
+            rise = paired_rise(starts, ends)
+            out[f"{key}mean_rise" if kind == "recipe" else f"{key}rise"] = rise["mean_rise"]
+            out[f"{key}rise_ci95"] = rise["rise_ci95"]
+            out[f"{key}held_out_tasks"] = rise["tasks"]
+    return out
 
 
 def to_markdown(r: dict[str, Any]) -> str:
     m = r["machine"]
-    return "\n".join(
-        [
-            "## Learning check (`coderl bench learn`)",
-            "",
-            f"Command: `{r['command']}` — {m['cpu']}, {m['cores']} cores, torch {m['torch']}. "
-            f"Tasks `{r['tasks']}`, seed {r['seed']}, {r['steps']} steps of {r['samples_per_step']} samples "
-            f"({r['minutes']:.0f} min), packaged `coderl train` defaults otherwise. Run: `{r['run_dir']}`.",
-            "",
-            f"| mean over | first {r['window']} steps | last {r['window']} steps | rose |",
-            "|---|---|---|---|",
-            f"| pass rate (tasks solved) | {r['first_pass_rate']:.3f} | {r['last_pass_rate']:.3f} | "
-            f"{'yes' if r['pass_rate_rose'] else 'no'} |",
-            f"| reward incl. format shaping | {r['first_reward']:.3f} | {r['last_reward']:.3f} | "
-            f"{'yes' if r['reward_rose'] else 'no'} |",
-            f"| format errors per trajectory | {r['first_format_errors']:.2f} | {r['last_format_errors']:.2f} | |",
-        ]
-    )
+
+    def cells(values: list[float]) -> str:
+        return ", ".join(f"{v:.3f}" for v in values)
+
+    lines = [
+        "## Learning check (`coderl bench learn`)",
+        "",
+        f"Command: `{r['command']}` — {m['cpu']}, {m['cores']} cores, torch {m['torch']}. Recipe: `coderl train`'s "
+        f"configuration on `{r['tasks']}` ({r['steps']} RL steps{', after a supervised warm start' if r['warm_start'] else ''}), "
+        f"seeds {r['seeds']}; control: the same with every learning rate 0. About {r['minutes_per_run']:.0f} min per run.",
+        "",
+        "| held-out set | run | pass@1 at start (per seed) | at end (per seed) | mean rise | 95% interval (paired bootstrap over tasks) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for held, label in (("", f"split of `{r['tasks']}` ({r['held_out_tasks']} tasks)"), ("val_also_", f"`{r['val_also']}` ({r.get('val_also_held_out_tasks', 0)} tasks)")):
+        if f"{held}start_pass_at_1" not in r or (held and not r["val_also"]):
+            continue
+        for kind, prefix, rise in (("recipe", "", "mean_rise"), ("control (lr 0)", "control_", "rise")):
+            lo, hi = r[f"{held}{prefix}rise_ci95"]
+            lines.append(
+                f"| {label} | {kind} | {cells(r[f'{held}{prefix}start_pass_at_1'])} | {cells(r[f'{held}{prefix}end_pass_at_1'])} "
+                f"| **{r[f'{held}{prefix}{rise}']:+.3f}** | [{lo:+.3f}, {hi:+.3f}] |"
+            )
+    lines += ["", "Target: mean held-out rise >= +0.15 absolute, its interval above 0, the control's interval holding 0."]
+    return "\n".join(lines)

@@ -68,7 +68,8 @@ def _train(cfg: Config, ns: argparse.Namespace, console: Console) -> dict[str, A
 def _learn(cfg: Config, ns: argparse.Namespace, console: Console) -> dict[str, Any]:
     from coderl.bench.learn import bench_learn
 
-    return bench_learn(cfg, window=ns.window, console=console)
+    seeds = [int(x) for x in ns.seeds.split(",") if x.strip()]
+    return bench_learn(cfg, seeds=seeds[:1] if ns.quick else seeds, console=console)
 
 
 def _proxy(cfg: Config, ns: argparse.Namespace, console: Console) -> dict[str, Any]:
@@ -109,15 +110,14 @@ BENCHES: dict[str, Bench] = {
         train_defaults=True,
     ),
     "learn": Bench(
-        "the learning check: fixed-seed steps of the main job's recipe; first vs last pass rate",
+        "the learning check: the main job's recipe over seeds and an lr-0 control; held-out pass@1 start -> end",
         "learn",
         _learn,
-        [
-            ("--steps", {"type": int, "default": 20, "help": "training steps (default 20)"}),
-            ("--window", {"type": int, "default": 5, "help": "steps averaged at each end (default 5)"}),
-        ],
+        [("--seeds", {"default": "0,1,2", "help": "comma-separated seeds (default 0,1,2); --quick runs the first"})],
         train_defaults=True,
-        overrides=lambda ns: [f"train.steps={2 if ns.quick else ns.steps}", "train.tasks=bundled:warmup"],
+        overrides=lambda ns: ["train.steps=1", "train.val_size=2", "train.val_samples=1", "sft.max_demos=4"]
+        if ns.quick
+        else [],
     ),
     "proxy": Bench(
         "recording proxy: added latency p50/p99 and throughput at 1/64/256 sessions vs direct and LiteLLM",

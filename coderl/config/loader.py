@@ -17,6 +17,7 @@ from pydantic import BaseModel, ValidationError
 
 from coderl.config.models import Config
 from coderl.errors import ConfigError
+from coderl.yamlio import load_yaml
 
 ENV_PREFIX = "CODERL_"
 
@@ -59,7 +60,7 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise ConfigError(f"config file {str(path)!r} does not exist (pass a YAML file path or none)")
     try:
-        loaded = yaml.safe_load(path.read_text())
+        loaded = load_yaml(path.read_text())
     except yaml.YAMLError as exc:
         raise ConfigError(f"config file {str(path)!r} is not valid YAML: {exc}") from None
     if loaded is None:
@@ -96,7 +97,7 @@ def _split_override(item: str) -> tuple[str, str]:
 
 def _parse_value(raw: str) -> Any:
     try:
-        return yaml.safe_load(raw) if raw.strip() else None
+        return load_yaml(raw) if raw.strip() else None
     except yaml.YAMLError:
         return raw
 

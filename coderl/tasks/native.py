@@ -16,6 +16,7 @@ import yaml
 from coderl.errors import TaskError
 from coderl.tasks.snapshot import reverse_applied
 from coderl.types import Task
+from coderl.yamlio import load_yaml
 
 TIERS = ("warmup", "easy", "medium", "hard", "synth")
 HAND_WRITTEN = ("warmup", "easy", "medium", "hard")
@@ -39,7 +40,7 @@ def load_native_task(folder: Path, source: str = "native", suite_env: dict[str, 
     suite_env = suite_env or {}
     meta_path = folder / "task.yaml"
     try:
-        meta: dict[str, Any] = yaml.safe_load(meta_path.read_text()) or {}
+        meta: dict[str, Any] = load_yaml(meta_path.read_text()) or {}
     except (OSError, yaml.YAMLError) as exc:
         raise TaskError(f"{meta_path}: cannot read task.yaml: {exc}") from None
     for key in ("id", "instruction", "fail_to_pass", "pass_to_pass"):

@@ -99,6 +99,10 @@ class TrainConfig(Section):
     def _empty_is_the_split(cls, value: object) -> object:
         return "" if value is None else value  # `train.val_tasks=` on the command line parses as null
 
+    val_also: str = ""
+    """A second held-out set (a task source) validated at the same points, reported as val_also_*: e.g.
+    the hand-written bundled:warmup tier while the split holds out synthesised tasks. Its tasks are
+    removed from training and from warm-start demonstrations too."""
     val_size: int = Field(8, ge=1)
     """Tasks held out of train.tasks when train.val_tasks is empty (at most all but one)."""
     val_samples: int = Field(4, ge=1)
@@ -128,10 +132,10 @@ class SFTConfig(Section):
     data: list[str] = []
     """Demonstration sources: gold:TASKS (demonstrations made from the gold patches of those tasks,
     e.g. gold:bundled:synth) and runs:DIR (the resolved trajectories of finished runs, DIR a run or a
-    folder of runs). Held-out tasks (train.val_tasks, or the held-out split) are refused."""
+    folder of runs). Held-out tasks (train.val_tasks, or the held-out split) are skipped and counted."""
     epochs: int = Field(1, ge=1)
     """Passes over the demonstrations."""
-    lr: float = Field(1e-5, gt=0.0)
+    lr: float = Field(1e-5, ge=0.0)
     """AdamW learning rate of the warm start (the RL phase then starts a fresh optimizer at actor.lr)."""
     batch_size: int = Field(8, ge=1)
     """Demonstrations per optimizer step."""

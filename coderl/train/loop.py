@@ -40,8 +40,9 @@ from coderl.rollout.context import ContextFactory
 from coderl.rollout.report import build_report
 from coderl.rollout.runner import RolloutGroup, RolloutResult, RolloutSettings, run_rollouts, task_groups
 from coderl.rollout.store import TrajectoryStore
+from coderl.tasks import load_tasks
 from coderl.tasks.calibration import load_estimates, setting_key
-from coderl.tasks.split import train_and_held_out
+from coderl.tasks.split import train_and_held_out, without
 from coderl.train import checkpoints
 from coderl.train.actor import Actor, Scored
 from coderl.train.batch import BatchLoss, build_batch, sequences_of
@@ -80,6 +81,7 @@ class Trainer:
         self.contexts: ContextFactory | None = None
         self.tasks: list[Task] = []
         self.val_tasks: list[Task] = []
+        self.val_also_tasks: list[Task] = []
         self.curriculum: Curriculum | None = None  # which tasks each step draws (saved in checkpoints)
         self.version = 0  # updates applied to the policy
         self._engine_base = 0  # engine.policy_version when self.version was last set
@@ -122,6 +124,10 @@ class Trainer:
         """Training and held-out tasks, disjoint (module doc of :mod:`coderl.tasks.split`)."""
         t = self.cfg.train
         train, held, removed = train_and_held_out(t.tasks, t.val_tasks, t.val_size)
+        if t.val_also.strip():
+            self.val_also_tasks = load_tasks(t.val_also)
+            train, also_removed = without(train, self.val_also_tasks)
+            removed += also_removed
         if removed:
             log.warning(
                 "%d held-out task(s) removed from training: %s", len(removed), ", ".join(removed[:10])
@@ -148,7 +154,7 @@ class Trainer:
                 bar = progress.add_task(
                     "steps", total=cfg.train.steps, completed=self.start_step - 1, info=""
                 )
-                if self.val_tasks and not any(r.get("step") == 0 for r in self.rows):
+                if (self.val_tasks or self.val_also_tasks) and not any(r.get("step") == 0 for r in self.rows):
                     start = {"step": 0, "phase": "start", "policy_version": self.version}
                     start.update(await self._validate(0, progress))
                     sinks.write(start)
@@ -209,7 +215,7 @@ class Trainer:
         if step % cfg.train.save_every == 0 or step == cfg.train.steps:
             with timer("save"):
                 await asyncio.to_thread(self._save, step, {**row, **timer.row()})
-        if self.val_tasks and (
+        if (self.val_tasks or self.val_also_tasks) and (
             step == cfg.train.steps or (cfg.train.val_every and step % cfg.train.val_every == 0)
         ):
             with timer("validate"):
@@ -224,7 +230,8 @@ class Trainer:
         assert self.contexts is not None
         t0 = time.perf_counter()
         with self.console.status("making the warm start's demonstrations"):
-            demos, made = await build_demos(cfg, self.contexts.chat, {t.id for t in self.val_tasks})
+            held_out = {t.id for t in [*self.val_tasks, *self.val_also_tasks]}
+            demos, made = await build_demos(cfg, self.contexts.chat, held_out)
         bar = progress.add_task("supervised warm start", total=None, info="")
         nll: list[float] = []
 
@@ -246,7 +253,7 @@ class Trainer:
         self.console.print(
             f"warm start: {len(demos)} demonstrations, {len(sft_rows)} steps, nll {nll[0]:.3f} -> {nll[-1]:.3f}"
         )
-        if self.val_tasks:
+        if self.val_tasks or self.val_also_tasks:
             row.update(await self._validate(0, progress, name="sft"))
         row["sft_s"] = time.perf_counter() - t0
         await asyncio.to_thread(self._save, 0, row)
@@ -380,31 +387,44 @@ class Trainer:
         checkpoints.commit(self.run_dir, tmp, step, state, self.cfg.train.keep_checkpoints)
 
     async def _validate(self, step: int, progress: Progress, name: str = "") -> dict[str, Any]:
-        """Held-out pass@1: every held-out task ``train.val_samples`` times at the validation
-        temperature, graded like training rollouts, stored under ``validation/step-N``."""
+        """Held-out pass@1 on the held-out tasks (``val_*``) and on ``train.val_also`` (``val_also_*``)."""
+        row = await self._validate_set(step, progress, name, self.val_tasks, "val")
+        if self.val_also_tasks:
+            row.update(await self._validate_set(step, progress, name, self.val_also_tasks, "val_also"))
+        return row
+
+    async def _validate_set(
+        self, step: int, progress: Progress, name: str, tasks: list[Task], prefix: str
+    ) -> dict[str, Any]:
+        """Every task of ``tasks`` ``train.val_samples`` times at the validation temperature, graded like
+        training rollouts and stored under ``validation/step-N[-name]/<prefix>``."""
         assert self.contexts is not None
         t = self.cfg.train
         temperature = self.cfg.rollout.temperature if t.val_temperature is None else t.val_temperature
-        groups = task_groups(self.val_tasks, t.val_samples, tag=f"val{step}{name}.")
-        label = f"step {step} held-out validation{' after the warm start' if name else ''}"
-        results = await self._rollout(groups, progress, label, self.contexts.with_temperature(temperature))
-        store = TrajectoryStore(self.run_dir / "validation" / f"step-{step:06d}{'-' + name if name else ''}")
+        groups = task_groups(tasks, t.val_samples, tag=f"{prefix}{step}{name}.")
+        where = f"step {step}{' (' + name + ')' if name else ''}"
+        results = await self._rollout(
+            groups, progress, f"{where}: {prefix}", self.contexts.with_temperature(temperature)
+        )
+        folder = self.run_dir / "validation" / f"step-{step:06d}{'-' + name if name else ''}"
+        store = TrajectoryStore(folder if prefix == "val" else folder / prefix)
         for r in results:
             store.add(r.trajectory, r.record(step=step))
         store.close()
-        report = build_report([r.report_row() for r in results], {x.id: x.tier for x in self.val_tasks}, [1])
+        report = build_report([r.report_row() for r in results], {x.id: x.tier for x in tasks}, [1])
         lo, hi = report["pass@1_ci95"]
+        label = "held-out pass@1" if prefix == "val" else f"held-out pass@1 ({t.val_also})"
         self.console.print(
-            f"step {step}{' (' + name + ')' if name else ''}: held-out pass@1 {report['pass@1']:.3f} [95% {lo:.3f}, {hi:.3f}] over "
-            f"{len(self.val_tasks)} tasks x {t.val_samples} samples ({report['resolved_instances']} tasks solved)"
+            f"{where}: {label} {report['pass@1']:.3f} [95% {lo:.3f}, {hi:.3f}] over {len(tasks)} tasks x "
+            f"{t.val_samples} samples ({report['resolved_instances']} tasks solved)"
         )
         return {
-            "val_pass_at_1": report["pass@1"],
-            "val_pass_at_1_ci95": report["pass@1_ci95"],
-            "val_reward_mean": report["mean_reward"],
-            "val_tasks_solved": report["resolved_instances"],
-            "val_tasks": len(self.val_tasks),
-            "val_samples": t.val_samples,
+            f"{prefix}_pass_at_1": report["pass@1"],
+            f"{prefix}_pass_at_1_ci95": report["pass@1_ci95"],
+            f"{prefix}_reward_mean": report["mean_reward"],
+            f"{prefix}_tasks_solved": report["resolved_instances"],
+            f"{prefix}_tasks": len(tasks),
+            f"{prefix}_samples": t.val_samples,
         }
 
 

@@ -65,10 +65,10 @@ def summary_line(row: dict[str, Any]) -> str:
     )
 
 
-def heldout(row: dict[str, Any]) -> str:
+def heldout(row: dict[str, Any], prefix: str = "val") -> str:
     """A validation row's held-out pass@1 with its interval, e.g. ``0.125 [0.034, 0.360]``."""
-    lo, hi = row["val_pass_at_1_ci95"]
-    return f"{row['val_pass_at_1']:.3f} [{lo:.3f}, {hi:.3f}]"
+    lo, hi = row[f"{prefix}_pass_at_1_ci95"]
+    return f"{row[f'{prefix}_pass_at_1']:.3f} [{lo:.3f}, {hi:.3f}]"
 
 
 def run_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -82,6 +82,13 @@ def run_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
         summary["held-out pass@1"] = (
             f"{heldout(first)} at step {first['step']} -> {heldout(last)} at step {last['step']} ({rise:+.3f}; "
             f"{last['val_tasks']} held-out tasks x {last['val_samples']} samples, 95% intervals)"
+        )
+    also = [r for r in rows if "val_also_pass_at_1" in r]
+    if also:
+        rise = also[-1]["val_also_pass_at_1"] - also[0]["val_also_pass_at_1"]
+        summary["held-out pass@1, second set (train.val_also)"] = (
+            f"{heldout(also[0], 'val_also')} -> {heldout(also[-1], 'val_also')} ({rise:+.3f}; "
+            f"{also[-1]['val_also_tasks']} tasks)"
         )
     warm = [r for r in vals if r.get("phase") == "sft"]
     if warm:

@@ -17,7 +17,7 @@ _COLOURS = ["#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#
 _W, _H, _PAD = 520, 220, 58
 
 CHARTS: list[tuple[str, list[str]]] = [
-    ("Held-out pass@1 (95% interval)", ["val_pass_at_1"]),
+    ("Held-out pass@1 (95% interval)", ["val_pass_at_1", "val_also_pass_at_1"]),
     ("Training reward and pass rate", ["reward_mean", "shaped_reward_mean", "pass_rate"]),
     ("Format errors per trajectory", ["format_errors_mean"]),
     ("Response length (model tokens)", ["response_len_mean", "response_len_max"]),

@@ -42,38 +42,29 @@ def nll_loss(batch: list[Trajectory]) -> Callable[..., torch.Tensor]:
 async def build_demos(
     cfg: Config, chat: ChatFormat, held_out: set[str], data: list[str] | None = None
 ) -> tuple[list[Trajectory], dict[str, Any]]:
-    """The demonstrations ``sft.data`` names, and what was made or skipped of each source. A source
-    that holds a held-out task is an error: a warm start must never see what the run is measured on."""
+    """The demonstrations ``sft.data`` names, and what was made or skipped of each source. Held-out
+    tasks are never demonstrated: they are skipped and counted (``held_out_skipped``), so a source may
+    name a whole suite whose held-out split the run measures on."""
     demos: list[Trajectory] = []
     report: dict[str, Any] = {}
     for source in data if data is not None else cfg.sft.data:
         kind, _, rest = source.partition(":")
         if kind == "gold":
-            tasks = load_tasks(rest)
-            _refuse_held_out(source, [t.id for t in tasks], held_out)
-            made, counts = await gold_demonstrations(
-                tasks, cfg.rollout, cfg.sandbox, chat, cfg.tasks.concurrency
-            )
-            demos += made
-            report[source] = counts
+            every = load_tasks(rest)
+            tasks = [t for t in every if t.id not in held_out]
+            made, counts = await gold_demonstrations(tasks, cfg.rollout, cfg.sandbox, chat, cfg.tasks.concurrency)
+            report[source] = {**counts, "held_out_skipped": len(every) - len(tasks)}
         elif kind == "runs":
-            made = rollout_demonstrations([Path(rest)])
-            _refuse_held_out(source, [t.task_id for t in made], held_out)
-            demos += made
-            report[source] = {"kept": len(made)}
+            every_demo = rollout_demonstrations([Path(rest)])
+            made = [d for d in every_demo if d.task_id not in held_out]
+            report[source] = {"kept": len(made), "held_out_skipped": len(every_demo) - len(made)}
         else:
             raise ConfigError(f"sft.data: got {source!r}; each source is gold:TASK_SOURCE or runs:RUN_DIR")
+        demos += made
+    leaked = sorted({d.task_id for d in demos} & held_out)
+    if leaked:  # cannot happen by construction; the guard keeps it so
+        raise ConfigError(f"sft.data: demonstrations of held-out tasks {leaked[:5]}")
     return demos, report
-
-
-def _refuse_held_out(source: str, task_ids: list[str], held_out: set[str]) -> None:
-    leaked = sorted(set(task_ids) & held_out)
-    if leaked:
-        raise ConfigError(
-            f"sft.data: {source!r} holds {len(leaked)} held-out task(s) ({', '.join(leaked[:5])}"
-            f"{', ...' if len(leaked) > 5 else ''}); demonstrations must come from training tasks only — "
-            "use other tasks, or hold out others (train.val_tasks)"
-        )
 
 
 def train_sft(

@@ -7,9 +7,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from coderl.rollout.store import read_trajectories
+from coderl.yamlio import load_yaml
 
 
 def find_runs(root: Path) -> list[Path]:
@@ -62,7 +61,7 @@ def trajectory_detail(run: Path, index: int) -> dict[str, Any]:
     if not 0 <= index < len(rows):
         raise IndexError(f"run {run.name} has {len(rows)} trajectories; no index {index}")
     t = rows[index]
-    cfg = yaml.safe_load((run / "config.yaml").read_text()) or {}
+    cfg = load_yaml((run / "config.yaml").read_text()) or {}
     model = cfg.get("model", {})
     tok = _tokenizer(model.get("path"), model.get("cache_dir"))
     ids, mask, lps = t["response_ids"], t["response_mask"], t["logprobs"]

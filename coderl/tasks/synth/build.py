@@ -44,6 +44,7 @@ from coderl.tasks.synth.issue import issue_text
 from coderl.tasks.synth.mutate import Mutation, find_mutations, interleave
 from coderl.tasks.synth.suite import NO_PLUGINS, SuiteRun, SuiteRunner, test_files
 from coderl.tasks.validate import check_task
+from coderl.yamlio import load_yaml
 
 _IGNORE = shutil.ignore_patterns(".git", "__pycache__", "*.pyc", ".pytest_cache", ".coderl-*", ".mypy_cache")
 DROP_REASONS = (
@@ -103,20 +104,26 @@ def library_files(repo: Path) -> list[str]:
 
 def protected_lines(tasks_dir: Path, repo_name: str, tier: str) -> dict[str, set[int]]:
     """Lines of the pristine repository that other tasks of the suite (not of ``tier``) fix: path ->
-    line numbers, one line of margin around each hunk."""
+    the line numbers their gold patches change, with one line of margin on each side."""
     lines: dict[str, set[int]] = {}
     for meta_path in sorted(tasks_dir.glob("*/task.yaml")) if tasks_dir.is_dir() else []:
-        meta = yaml.safe_load(meta_path.read_text()) or {}
+        meta = load_yaml(meta_path.read_text()) or {}
         gold = meta_path.parent / "gold.patch"
         if meta.get("repo") != repo_name or meta.get("tier") == tier or not gold.is_file():
             continue
-        path = ""
-        for line in gold.read_text().splitlines():
-            if line.startswith("+++ "):
-                path = line[4:].removeprefix("b/").strip()
-            elif m := re.match(r"@@ -\d+(?:,\d+)? \+(\d+)(?:,(\d+))? @@", line):
-                start, count = int(m.group(1)), int(m.group(2) or "1")
-                lines.setdefault(path, set()).update(range(start - 1, start + count + 1))
+        path, new_line = "", 0
+        for row in gold.read_text().splitlines():
+            if row.startswith("+++ "):
+                path = row[4:].removeprefix("b/").strip()
+            elif m := re.match(r"@@ -\d+(?:,\d+)? \+(\d+)(?:,\d+)? @@", row):
+                new_line = int(m.group(1))
+            elif row.startswith("+") and path:
+                lines.setdefault(path, set()).update((new_line - 1, new_line, new_line + 1))
+                new_line += 1
+            elif row.startswith("-") and path and not row.startswith("--- "):
+                lines.setdefault(path, set()).update((new_line - 1, new_line))  # removed before new_line
+            elif row.startswith(" "):
+                new_line += 1
     return lines
 
 
@@ -167,6 +174,7 @@ async def synthesize(
     """Synthesise up to ``opts.n`` tasks from ``repo`` into the suite folder ``out`` (module doc)."""
     started = time.perf_counter()
     spec = spec or SandboxSpec()
+    given = str(repo)  # as named: the summary does not record this machine's absolute paths
     repo = repo.resolve()
     name = name or repo.name
     if not repo.is_dir():
@@ -235,7 +243,7 @@ async def synthesize(
             shutil.rmtree(out / "tasks" / task_id, ignore_errors=True)
         state.dropped["failed_validation"] = len(failures)
     summary = {
-        "repo": str(repo),
+        "repo": given,
         "name": name,
         "seed": opts.seed,
         "tier": opts.tier,
@@ -283,7 +291,7 @@ def _digest(folder: Path) -> str:
 def _remove_tasks(tasks_dir: Path, repo_name: str, tier: str) -> None:
     """Earlier synthesised tasks of this repository and tier (a new run replaces them)."""
     for meta_path in sorted(tasks_dir.glob(f"{repo_name}-s*/task.yaml")) if tasks_dir.is_dir() else []:
-        meta = yaml.safe_load(meta_path.read_text()) or {}
+        meta = load_yaml(meta_path.read_text()) or {}
         if meta.get("repo") == repo_name and meta.get("tier") == tier:
             shutil.rmtree(meta_path.parent)
 
