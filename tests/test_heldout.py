@@ -10,7 +10,8 @@ import pytest
 from coderl.errors import TaskError
 from coderl.rollout.report import build_report, wilson_interval
 from coderl.tasks import load_tasks
-from coderl.tasks.split import split_tasks, without
+from coderl.tasks.overlap import changed_old_lines, fixed_functions, without_overlap
+from coderl.tasks.split import split_tasks, train_and_held_out
 from coderl.train.metrics import run_summary
 from coderl.train.report import write_report
 
@@ -43,8 +44,29 @@ def test_the_split_is_fixed_disjoint_and_independent_of_order() -> None:
     assert len(fewer) == len(tasks) - 1  # at least one task is left to train on
     with pytest.raises(TaskError, match="at least 2"):
         split_tasks(tasks[:1], 1)
-    kept, removed = without(tasks, held[:3])
-    assert len(kept) == len(tasks) - 3 and removed == sorted(t.id for t in held[:3])
+
+
+def test_training_never_fixes_a_function_a_held_out_task_fixes() -> None:
+    synth = load_tasks("bundled:synth")
+    held = [t for t in synth if t.id == "strkit-s001"]  # fixes strkit/text.py: wrap
+    assert fixed_functions(held[0]) == {("strkit", "strkit/text.py", "wrap")}
+    kept, removed = without_overlap(synth, held)
+    same = sorted(
+        t.id
+        for t in synth
+        if t.metadata["synth"]["function"] == "wrap" and t.metadata["repo_name"] == "strkit"
+    )
+    assert len(same) >= 2 and removed == same and len(kept) == len(synth) - len(same)
+    warmup = load_tasks("bundled:warmup")  # hand-written fixes, compared the same way
+    train, held_sets, also, dropped = train_and_held_out("bundled:synth", "none", 8, "bundled:warmup")
+    assert held_sets == [] and {t.id for t in also} == {t.id for t in warmup}
+    touched = set().union(*(fixed_functions(t) for t in warmup))
+    assert touched and all(not fixed_functions(t) & touched for t in train) and len(dropped) > 0
+
+
+def test_changed_lines_of_a_diff_by_hand() -> None:
+    diff = "--- a/m.py\n+++ b/m.py\n@@ -3,3 +3,3 @@\n a\n-b\n+B\n c\n@@ -9,0 +10,1 @@\n+new\n"
+    assert changed_old_lines(diff) == [4, 4, 9]  # the removed line 4 (and its replacement), after line 9
 
 
 def test_summary_and_report_lead_with_held_out_pass_at_1(tmp_path: Path) -> None:
@@ -52,11 +74,20 @@ def test_summary_and_report_lead_with_held_out_pass_at_1(tmp_path: Path) -> None
     rows = [
         {"step": 0, "val_pass_at_1": 0.0, "val_pass_at_1_ci95": [0.0, 0.324], **val},
         {"step": 1, "pass_rate": 0.0, "reward_mean": 0.0, "stage_s": {"rollout": 1.0}},
-        {"step": 2, "pass_rate": 0.5, "reward_mean": 0.5, "val_pass_at_1": 0.25, "val_pass_at_1_ci95": [0.07, 0.59], **val},
+        {
+            "step": 2,
+            "pass_rate": 0.5,
+            "reward_mean": 0.5,
+            "val_pass_at_1": 0.25,
+            "val_pass_at_1_ci95": [0.07, 0.59],
+            **val,
+        },
     ]
     summary = run_summary(rows)
     assert next(iter(summary)) == "held-out pass@1" and summary["steps"] == 2
-    assert summary["held-out pass@1"].startswith("0.000 [0.000, 0.324] at step 0 -> 0.250 [0.070, 0.590] at step 2 (+0.250")
+    assert summary["held-out pass@1"].startswith(
+        "0.000 [0.000, 0.324] at step 0 -> 0.250 [0.070, 0.590] at step 2 (+0.250"
+    )
     page = write_report(tmp_path, rows, summary).read_text()
     first_chart = page.index("<svg")
     assert page.index("Held-out pass@1 (95% interval)") > first_chart  # the first chart

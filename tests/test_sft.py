@@ -30,7 +30,10 @@ def test_one_line_fixes_and_what_a_person_would_type() -> None:
     assert fix is not None and (fix.path, fix.line) == ("calc.py", 2)
     assert (fix.old, fix.new) == ("    return a - b", "    return a + b")
     assert _changed_span(fix.old, fix.new) == ("-", "+")
-    assert _changed_span("x = a[i + 1] + 1", "x = a[i - 1] + 1") == ("i + 1", "i - 1")  # '+' alone is not unique
+    assert _changed_span("x = a[i + 1] + 1", "x = a[i - 1] + 1") == (
+        "i + 1",
+        "i - 1",
+    )  # '+' alone is not unique
     assert _changed_span("    total(items)", "    return total(items)") == ("total", "return total")
     assert _changed_span("if not (x < y):", "if x < y:") == ("not (x < y)", "x < y")
     two = GOLD.replace("+    return a + b", "+    return a + b\n+    # fixed")
@@ -52,22 +55,28 @@ def test_gold_turns_for_the_bash_loop_and_for_the_tool_loop(tmp_path: Path) -> N
 
 
 async def test_demonstrations_are_the_loops_own_rendering_and_resolve(tmp_path: Path, tokenizer: Any) -> None:
-    cfg = load_config(defaults=default_train_config(), overrides=[f"train.tasks=native:{make_native(tmp_path)}"])
+    cfg = load_config(
+        defaults=default_train_config(), overrides=[f"train.tasks=native:{make_native(tmp_path)}"]
+    )
     chat = ChatFormat(tokenizer)
-    demos, made = await build_demos(cfg, chat, held_out=set(), data=[f"gold:native:{tmp_path / 'calc-001'}"])
+    demos, made = await build_demos(cfg, chat, held_out=[], data=[f"gold:native:{tmp_path / 'calc-001'}"])
     assert made[f"gold:native:{tmp_path / 'calc-001'}"]["kept"] == 1 and len(demos) == 1
     demo = demos[0]
     text = tokenizer.decode(demo.prompt_ids + demo.response_ids)
     assert "sed -i '2s/-/+/' calc.py" in text and "def add(a, b)" in text  # the command and its real output
     assert demo.num_turns == 3 and demo.exit_status == "step_limit"
-    model_text = tokenizer.decode([t for t, m in zip(demo.response_ids, demo.response_mask, strict=True) if m])
+    model_text = tokenizer.decode(
+        [t for t, m in zip(demo.response_ids, demo.response_mask, strict=True) if m]
+    )
     assert "grep -rn" in model_text and "def add" in model_text and "[exit code" not in model_text  # masks
     assert (await grade(load_tasks(f"native:{tmp_path / 'calc-001'}")[0], demo.patch)).resolved
     source = f"gold:native:{tmp_path / 'calc-001'}"
-    none, skipped = await build_demos(cfg, chat, held_out={"calc-001"}, data=[source])
+    none, skipped = await build_demos(
+        cfg, chat, held_out=load_tasks(source.removeprefix("gold:")), data=[source]
+    )
     assert none == [] and skipped[source]["held_out_skipped"] == 1  # a held-out task is never demonstrated
     with pytest.raises(ConfigError, match="gold:TASK_SOURCE or runs:RUN_DIR"):
-        await build_demos(cfg, chat, held_out=set(), data=["somewhere"])
+        await build_demos(cfg, chat, held_out=[], data=["somewhere"])
 
 
 def test_the_nll_counts_model_tokens_only() -> None:
@@ -86,7 +95,7 @@ def test_sft_lowers_the_nll_and_coderl_sft_writes_a_model_folder(
     suite = make_native(tmp_path)
     small = [f"train.tasks=native:{suite}", "train.val_tasks=none", "rollout.tools=[bash]"]  # a short prompt
     cfg = load_config(defaults=default_train_config(), overrides=small)
-    demos, _ = asyncio.run(build_demos(cfg, ChatFormat(tokenizer), set(), [f"gold:native:{suite}"]))
+    demos, _ = asyncio.run(build_demos(cfg, ChatFormat(tokenizer), [], [f"gold:native:{suite}"]))
     actor = Actor(ActorConfig(seed=0))
     actor.setup()
     rows = train_sft(actor, demos, SFTConfig(lr=1e-4, batch_size=1, epochs=2), seed=0)
@@ -95,12 +104,18 @@ def test_sft_lowers_the_nll_and_coderl_sft_writes_a_model_folder(
     args = ["sft", *small, f"sft.data=[gold:native:{suite}]", "sft.lr=1e-4", "sft.epochs=2"]
     assert main([*args, f"run.dir={tmp_path / 'run'}", "--out", str(out)]) == 0
     assert "coderl train model.path=" in " ".join(capsys.readouterr().err.split())
-    assert [json.loads(x)["sft_step"] for x in (tmp_path / "run" / "sft.jsonl").read_text().splitlines()] == [1, 2]
+    assert [json.loads(x)["sft_step"] for x in (tmp_path / "run" / "sft.jsonl").read_text().splitlines()] == [
+        1,
+        2,
+    ]
     warm = load_model(out, torch.float32, "cpu")  # a complete checkpoint folder: config, tokenizer, weights
     base = actor.model  # trained above, from the same start: the written weights moved too
     assert (out / "tokenizer.json").is_file() and (out / "model.safetensors").is_file()
     assert warm.config.model_type == base.config.model_type
     fresh = Actor(ActorConfig(seed=0))
     fresh.setup()
-    moved = [not torch.equal(a, b) for a, b in zip(warm.state_dict().values(), fresh.model.state_dict().values(), strict=True)]
+    moved = [
+        not torch.equal(a, b)
+        for a, b in zip(warm.state_dict().values(), fresh.model.state_dict().values(), strict=True)
+    ]
     assert any(moved)

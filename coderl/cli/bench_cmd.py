@@ -113,11 +113,18 @@ BENCHES: dict[str, Bench] = {
         "the learning check: the main job's recipe over seeds and an lr-0 control; held-out pass@1 start -> end",
         "learn",
         _learn,
-        [("--seeds", {"default": "0,1,2", "help": "comma-separated seeds (default 0,1,2); --quick runs the first"})],
+        [
+            (
+                "--seeds",
+                {"default": "0,1,2", "help": "comma-separated seeds (default 0,1,2); --quick runs the first"},
+            )
+        ],
         train_defaults=True,
-        overrides=lambda ns: ["train.steps=1", "train.val_size=2", "train.val_samples=1", "sft.max_demos=4"]
-        if ns.quick
-        else [],
+        overrides=lambda ns: (
+            ["train.steps=1", "train.val_size=2", "train.val_samples=1", "sft.max_demos=4"]
+            if ns.quick
+            else []
+        ),
     ),
     "proxy": Bench(
         "recording proxy: added latency p50/p99 and throughput at 1/64/256 sessions vs direct and LiteLLM",

@@ -41,8 +41,12 @@ def run_calibrate(ns: argparse.Namespace) -> int:
     if ns.k < 1:
         raise ConfigError(f"--k: got {ns.k}; give the samples per task, at least 1")
     # the estimates are for training: coderl train's packaged defaults unless a config file is given
-    cfg = load_config(ns.config_path, ns.config_overrides, defaults=None if ns.config_path else default_train_config())
-    cfg = cfg.model_copy(update={"rollout": cfg.rollout.model_copy(update={"group_size": ns.k, "pass_k": [1]})})
+    cfg = load_config(
+        ns.config_path, ns.config_overrides, defaults=None if ns.config_path else default_train_config()
+    )
+    cfg = cfg.model_copy(
+        update={"rollout": cfg.rollout.model_copy(update={"group_size": ns.k, "pass_k": [1]})}
+    )
     results = asyncio.run(_run(cfg, "calibrate", grade=True))
     estimates: dict[str, Estimate] = {}
     for r in results:

@@ -159,7 +159,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _config_args(p)
     p.add_argument("--k", type=int, default=4, help="samples per task (default 4)")
-    p.add_argument("--policy", default="", help="a tag for the weights, when model.path alone does not tell them apart")
+    p.add_argument(
+        "--policy", default="", help="a tag for the weights, when model.path alone does not tell them apart"
+    )
     p.set_defaults(func=_lazy("coderl.cli.eval_cmd", "run_calibrate"))
     p = tasks.add_parser(
         "synth",
@@ -179,7 +181,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--concurrency", type=int, default=2, help="sandboxes running mutants at once (default 2)")
     p.add_argument("--max-tries", type=int, help="most mutants to run (default: until --n are kept)")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds one test-suite run may take")
-    p.add_argument("--no-validate", action="store_true", help="skip proving each task (faster; not for shipping)")
+    p.add_argument(
+        "--no-validate", action="store_true", help="skip proving each task (faster; not for shipping)"
+    )
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object on stdout")
     p.set_defaults(func=_lazy("coderl.cli.tasks_cmd", "run_tasks_synth"))
 

@@ -28,10 +28,10 @@ def run_sft(ns: argparse.Namespace) -> int:
     console = Console(stderr=True)
     run_dir = create_run_dir(cfg, "sft")
     t = cfg.train
-    _, held, _ = train_and_held_out(t.tasks, t.val_tasks, t.val_size)
+    _, held, also, _ = train_and_held_out(t.tasks, t.val_tasks, t.val_size, t.val_also)
     chat = ChatFormat.for_model(cfg.model)
     with console.status("making demonstrations"):
-        demos, made = asyncio.run(build_demos(cfg, chat, {task.id for task in held}))
+        demos, made = asyncio.run(build_demos(cfg, chat, [*held, *also]))
     console.print(f"{len(demos)} demonstrations: {json.dumps(made)}")
     actor = Actor(cfg.actor.model_copy(update={"seed": cfg.run.seed}), cfg.model.path, cfg.model.cache_dir)
     with console.status("loading the policy"):

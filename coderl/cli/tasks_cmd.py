@@ -104,7 +104,9 @@ def run_tasks_synth(ns: argparse.Namespace) -> int:
             else:
                 progress.update(check, advance=1, visible=True, total=len(state.kept))
 
-        summary = asyncio.run(synthesize(Path(ns.repo), Path(ns.out), opts, cfg.sandbox, ns.name, on_progress))
+        summary = asyncio.run(
+            synthesize(Path(ns.repo), Path(ns.out), opts, cfg.sandbox, ns.name, on_progress)
+        )
     if ns.json:
         print(json.dumps(summary))
         return 0

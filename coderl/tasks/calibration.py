@@ -89,7 +89,10 @@ def save_estimates(source: str, key: str, setting: dict[str, Any], estimates: di
         merged[tid] = Estimate(old.samples + est.samples, old.passed + est.passed)
     body = {
         "setting": setting,
-        "tasks": {tid: {"samples": e.samples, "passed": e.passed, "rate": e.rate} for tid, e in sorted(merged.items())},
+        "tasks": {
+            tid: {"samples": e.samples, "passed": e.passed, "rate": e.rate}
+            for tid, e in sorted(merged.items())
+        },
     }
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(body, indent=1))

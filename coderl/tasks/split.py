@@ -2,7 +2,8 @@
 
 The held-out tasks are the ``size`` tasks whose ids hash lowest: the split does not depend on the run's
 seed or on the order tasks were listed in, so every seed of an experiment, and its control, is
-measured on the same held-out tasks, and adding tasks to a set moves few of them.
+measured on the same held-out tasks, and adding tasks to a set moves few of them. Training tasks that
+fix a function a held-out task fixes are removed from training too (:mod:`coderl.tasks.overlap`).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import hashlib
 
 from coderl.errors import TaskError
 from coderl.tasks.loader import load_tasks
+from coderl.tasks.overlap import without_overlap
 from coderl.types import Task
 
 
@@ -30,28 +32,27 @@ def split_tasks(tasks: list[Task], size: int, source: str = "train.tasks") -> tu
     return [t for t in tasks if t.id not in held], [t for t in tasks if t.id in held]
 
 
-def without(tasks: list[Task], held_out: list[Task]) -> tuple[list[Task], list[str]]:
-    """``tasks`` minus any task whose id is held out, and the ids removed."""
-    ids = {t.id for t in held_out}
-    return [t for t in tasks if t.id not in ids], sorted(t.id for t in tasks if t.id in ids)
-
-
-def train_and_held_out(tasks: str, val_tasks: str, val_size: int) -> tuple[list[Task], list[Task], list[str]]:
-    """The training and held-out tasks a run's config names (``train.tasks``, ``train.val_tasks``,
-    ``train.val_size``: see :class:`coderl.train.config.TrainConfig`), and the ids of tasks removed from
-    training because they are held out."""
+def train_and_held_out(
+    tasks: str, val_tasks: str, val_size: int, val_also: str = ""
+) -> tuple[list[Task], list[Task], list[Task], list[str]]:
+    """The training tasks, the held-out tasks, the second held-out set (``train.val_also``) and the
+    ids removed from training because they are held out or fix a function a held-out task fixes
+    (:mod:`coderl.tasks.overlap`), as a run's config names them (``train.tasks``, ``train.val_tasks``,
+    ``train.val_size``, ``train.val_also``: see :class:`coderl.train.config.TrainConfig`)."""
     every = load_tasks(tasks)
     if not every:
         raise TaskError(f"train.tasks: got {tasks!r}, which holds no tasks")
     if val_tasks.strip().lower() == "none":
-        return every, [], []
-    if not val_tasks.strip():
-        train, held = split_tasks(every, val_size)
-        return train, held, []
-    held = load_tasks(val_tasks)
-    train, removed = without(every, held)
+        held: list[Task] = []
+    elif not val_tasks.strip():
+        every, held = split_tasks(every, val_size)
+    else:
+        held = load_tasks(val_tasks)
+    also = load_tasks(val_also) if val_also.strip() else []
+    train, removed = without_overlap(every, [*held, *also])
     if not train:
         raise TaskError(
-            f"train.tasks: every task of {tasks!r} is also in train.val_tasks; nothing to train on"
+            f"train.tasks: every task of {tasks!r} is held out (train.val_tasks / train.val_also) or fixes "
+            "a function a held-out task fixes; nothing to train on"
         )
-    return train, held, removed
+    return train, held, also, removed

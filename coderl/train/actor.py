@@ -172,7 +172,11 @@ class Actor:
         if self.value_head is not None:
             groups.append({"params": list(self.value_head.parameters()), "lr": cfg.value_lr})
         self.optimizer = torch.optim.AdamW(
-            groups, lr=cfg.lr if lr is None else lr, betas=cfg.betas, eps=cfg.eps, weight_decay=cfg.weight_decay
+            groups,
+            lr=cfg.lr if lr is None else lr,
+            betas=cfg.betas,
+            eps=cfg.eps,
+            weight_decay=cfg.weight_decay,
         )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_lambda())
         self._step = 0

@@ -123,7 +123,9 @@ def _shaped_rewards(rollouts: list[Trajectory], algo: AlgoConfig, max_response: 
     rewards = torch.tensor([r.reward for r in rollouts], dtype=torch.float32)  # [R]
     if algo.overlong_buffer > 0:
         lengths = torch.tensor([float(sum(r.response_mask)) for r in rollouts])  # [R] model tokens
-        rewards = rewards + overlong_penalty(lengths, max_response, algo.overlong_buffer, algo.overlong_penalty)
+        rewards = rewards + overlong_penalty(
+            lengths, max_response, algo.overlong_buffer, algo.overlong_penalty
+        )
     if algo.format_reward > 0:
         errors = torch.tensor([r.metrics.get("format_errors", 0.0) for r in rollouts])  # [R]
         turns = torch.tensor([float(r.num_turns) for r in rollouts])  # [R]

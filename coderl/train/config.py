@@ -70,8 +70,11 @@ class ActorConfig(Section):
                 "in optimizer steps); set actor.total_steps or actor.lr_schedule=constant"
             )
         if self.lora_rank > 0 and not self.lora_targets:
-            raise ValueError("actor.lora_targets: empty with actor.lora_rank > 0 — name at least one linear module")
+            raise ValueError(
+                "actor.lora_targets: empty with actor.lora_rank > 0 — name at least one linear module"
+            )
         return self
+
 
 class TrainConfig(Section):
     """The training loop: steps, batch shape, validation, checkpoints and loggers."""
@@ -94,6 +97,7 @@ class TrainConfig(Section):
     """Held-out validation tasks, never trained on: empty = hold out train.val_size of train.tasks (a
     fixed split by task id); none = no validation; else a task source (any of its tasks that are also in
     train.tasks are removed from training)."""
+
     @field_validator("val_tasks", mode="before")
     @classmethod
     def _empty_is_the_split(cls, value: object) -> object:

@@ -17,6 +17,7 @@ Both the ``swe`` loop with a bash response prefix (``grep``, ``cat -n | sed -n``
 from __future__ import annotations
 
 import ast
+import asyncio
 import json
 import re
 from dataclasses import dataclass
@@ -179,26 +180,46 @@ def gold_turns(task: Task, rollout: RolloutConfig) -> list[str] | None:
 
 
 async def gold_demonstrations(
-    tasks: list[Task], rollout: RolloutConfig, sandbox: SandboxSpec, chat: ChatFormat, concurrency: int = 2
+    tasks: list[Task],
+    rollout: RolloutConfig,
+    sandbox: SandboxSpec,
+    chat: ChatFormat,
+    concurrency: int = 2,
+    limit: int | None = None,
 ) -> tuple[list[Trajectory], dict[str, int]]:
-    """Gold demonstrations of ``tasks`` played through the real loop, and counts of what was skipped
-    (no one-line fix / not resolved when played)."""
-    counts = {"no_one_line_fix": 0, "did_not_resolve": 0, "kept": 0}
+    """Gold demonstrations of ``tasks`` played through the real loop (``concurrency`` at a time, in the
+    order given, until ``limit`` are kept), and counts of what was skipped (no one-line fix / not
+    resolved when played)."""
+    counts = {"no_one_line_fix": 0, "did_not_resolve": 0, "kept": 0, "not_needed": 0}
     demos: list[Trajectory] = []
     contexts = ContextFactory(rollout.model_copy(update={"temperature": 1.0}), sandbox, chat)
-    settings = RolloutSettings(agent=rollout.agent, max_sandboxes=concurrency, grade_concurrency=concurrency)
+    settings = RolloutSettings(agent=rollout.agent, max_sandboxes=1, grade_concurrency=1)
+
+    async def play(task: Task, turns: list[str]) -> Trajectory | None:
+        engine = ScriptedEngine(turns, chat.tokenizer, default="Done.")
+        (result,) = await run_rollouts(task_groups([task], 1, tag="demo"), engine, contexts, settings)
+        return result.trajectory if result.resolved else None
+
+    playable: list[tuple[Task, list[str]]] = []
     for task in tasks:
         turns = gold_turns(task, rollout)
         if turns is None:
             counts["no_one_line_fix"] += 1
-            continue
-        engine = ScriptedEngine(turns, chat.tokenizer, default="Done.")
-        (result,) = await run_rollouts(task_groups([task], 1, tag="demo"), engine, contexts, settings)
-        if not result.resolved:
-            counts["did_not_resolve"] += 1
-            continue
-        demos.append(result.trajectory)
-        counts["kept"] += 1
+        else:
+            playable.append((task, turns))
+    played = 0
+    for start in range(0, len(playable), max(1, concurrency)):
+        if limit is not None and len(demos) >= limit:
+            break
+        chunk = playable[start : start + max(1, concurrency)]
+        played += len(chunk)
+        for made in await asyncio.gather(*(play(task, turns) for task, turns in chunk)):
+            if made is None:
+                counts["did_not_resolve"] += 1
+            elif limit is None or len(demos) < limit:
+                demos.append(made)
+                counts["kept"] += 1
+    counts["not_needed"] = len(playable) - played
     return demos, counts
 
 

@@ -40,9 +40,8 @@ from coderl.rollout.context import ContextFactory
 from coderl.rollout.report import build_report
 from coderl.rollout.runner import RolloutGroup, RolloutResult, RolloutSettings, run_rollouts, task_groups
 from coderl.rollout.store import TrajectoryStore
-from coderl.tasks import load_tasks
 from coderl.tasks.calibration import load_estimates, setting_key
-from coderl.tasks.split import train_and_held_out, without
+from coderl.tasks.split import train_and_held_out
 from coderl.train import checkpoints
 from coderl.train.actor import Actor, Scored
 from coderl.train.batch import BatchLoss, build_batch, sequences_of
@@ -123,14 +122,14 @@ class Trainer:
     def _split_tasks(self) -> tuple[list[Task], list[Task]]:
         """Training and held-out tasks, disjoint (module doc of :mod:`coderl.tasks.split`)."""
         t = self.cfg.train
-        train, held, removed = train_and_held_out(t.tasks, t.val_tasks, t.val_size)
-        if t.val_also.strip():
-            self.val_also_tasks = load_tasks(t.val_also)
-            train, also_removed = without(train, self.val_also_tasks)
-            removed += also_removed
+        train, held, self.val_also_tasks, removed = train_and_held_out(
+            t.tasks, t.val_tasks, t.val_size, t.val_also
+        )
         if removed:
             log.warning(
-                "%d held-out task(s) removed from training: %s", len(removed), ", ".join(removed[:10])
+                "%d task(s) removed from training (held out, or fixing a function a held-out task fixes): %s",
+                len(removed),
+                ", ".join(removed[:10]),
             )
         return train, held
 
@@ -230,8 +229,7 @@ class Trainer:
         assert self.contexts is not None
         t0 = time.perf_counter()
         with self.console.status("making the warm start's demonstrations"):
-            held_out = {t.id for t in [*self.val_tasks, *self.val_also_tasks]}
-            demos, made = await build_demos(cfg, self.contexts.chat, held_out)
+            demos, made = await build_demos(cfg, self.contexts.chat, [*self.val_tasks, *self.val_also_tasks])
         bar = progress.add_task("supervised warm start", total=None, info="")
         nll: list[float] = []
 

@@ -21,10 +21,11 @@ from coderl.chat import ChatFormat
 from coderl.config import Config
 from coderl.errors import ConfigError
 from coderl.tasks import load_tasks
+from coderl.tasks.overlap import without_overlap
 from coderl.train.actor import Actor
 from coderl.train.config import SFTConfig
 from coderl.train.demos import gold_demonstrations, rollout_demonstrations
-from coderl.types import Trajectory
+from coderl.types import Task, Trajectory
 
 
 def nll_loss(batch: list[Trajectory]) -> Callable[..., torch.Tensor]:
@@ -40,28 +41,34 @@ def nll_loss(batch: list[Trajectory]) -> Callable[..., torch.Tensor]:
 
 
 async def build_demos(
-    cfg: Config, chat: ChatFormat, held_out: set[str], data: list[str] | None = None
+    cfg: Config, chat: ChatFormat, held_out: list[Task], data: list[str] | None = None
 ) -> tuple[list[Trajectory], dict[str, Any]]:
     """The demonstrations ``sft.data`` names, and what was made or skipped of each source. Held-out
-    tasks are never demonstrated: they are skipped and counted (``held_out_skipped``), so a source may
-    name a whole suite whose held-out split the run measures on."""
+    tasks, and tasks that fix a function a held-out task fixes (:mod:`coderl.tasks.overlap`), are never
+    demonstrated: they are skipped and counted (``held_out_skipped``), so a source may name a whole
+    suite whose held-out split the run measures on."""
+    held_ids = {t.id for t in held_out}
     demos: list[Trajectory] = []
     report: dict[str, Any] = {}
     for source in data if data is not None else cfg.sft.data:
         kind, _, rest = source.partition(":")
         if kind == "gold":
             every = load_tasks(rest)
-            tasks = [t for t in every if t.id not in held_out]
-            made, counts = await gold_demonstrations(tasks, cfg.rollout, cfg.sandbox, chat, cfg.tasks.concurrency)
+            tasks, _ = without_overlap(every, held_out)
+            if cfg.sft.max_demos is not None:  # a seeded sample is enough: play tasks until it is made
+                random.Random(cfg.run.seed).shuffle(tasks)
+            made, counts = await gold_demonstrations(
+                tasks, cfg.rollout, cfg.sandbox, chat, cfg.tasks.concurrency, cfg.sft.max_demos
+            )
             report[source] = {**counts, "held_out_skipped": len(every) - len(tasks)}
         elif kind == "runs":
             every_demo = rollout_demonstrations([Path(rest)])
-            made = [d for d in every_demo if d.task_id not in held_out]
+            made = [d for d in every_demo if d.task_id not in held_ids]
             report[source] = {"kept": len(made), "held_out_skipped": len(every_demo) - len(made)}
         else:
             raise ConfigError(f"sft.data: got {source!r}; each source is gold:TASK_SOURCE or runs:RUN_DIR")
         demos += made
-    leaked = sorted({d.task_id for d in demos} & held_out)
+    leaked = sorted({d.task_id for d in demos} & held_ids)
     if leaked:  # cannot happen by construction; the guard keeps it so
         raise ConfigError(f"sft.data: demonstrations of held-out tasks {leaked[:5]}")
     return demos, report
