@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import itertools
 import json
 from pathlib import Path
@@ -168,6 +169,17 @@ async def test_baseline_is_made_once_per_snapshot_and_seeds_each_sandbox(task: T
         await sb.write_file("new.txt", "x\n")
         diff = (await sb.exec("git add -A && git diff --cached --stat")).stdout
         assert "new.txt" in diff and len(diff.splitlines()) == 2
+    root = cache.folder
+    assert root is not None and root.is_dir()
+    cache.close()
+    assert not root.exists()  # closed: the baselines are gone
+    again = BaselineCache()
+    assert await again.task_with_baseline(task, make_sandbox) is not None
+    forgotten = again.folder
+    assert forgotten is not None and forgotten.is_dir()
+    del again  # never closed: collected, and its folder goes with it
+    gc.collect()
+    assert not forgotten.exists()
 
 
 async def test_response_prefix_is_written_by_the_environment(task: Task, tokenizer: Any) -> None:

@@ -29,6 +29,7 @@ SMALL = [
     "rollout.max_tokens=24",
     "actor.lr=1e-5",
     "train.val_tasks=none",
+    "sft.before_rl=false",
 ]
 REQUIRED = ("step", "reward_mean", "pass_rate", "logprob_mismatch", "kl", "entropy", "grad_norm", "stage_s")
 
@@ -171,7 +172,7 @@ def test_warm_start_then_rl_with_two_held_out_sets(tmp_path: Path) -> None:
             f"train.tasks=native:{suite}", "train.val_tasks=", "train.val_size=1", "train.val_samples=1",
             "train.val_also=bundled:collkit-001", "train.steps=1", "train.tasks_per_step=1", "train.group_size=2",
             "rollout.tools=[bash]", "rollout.max_tokens=40", "sft.before_rl=true", f"sft.data=[gold:native:{suite}]",
-            "sft.lr=1e-5", f"run.dir={run}",
+            "sft.lr=1e-5", "sft.epochs=1", f"run.dir={run}",
         )
     )  # fmt: skip
     rows = checkpoints.read_metrics(run / "metrics.jsonl")

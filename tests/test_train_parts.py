@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -60,6 +61,26 @@ async def test_ledger_rejects_a_changed_context() -> None:
     assert ledger.verify(traj2) is not None
 
 
+async def test_ledger_tells_apart_samples_with_the_same_tokens_and_other_logprobs() -> None:
+    """A group's samples share a prompt; a low-entropy policy repeats the same tokens, and batched
+    arithmetic gives them slightly different logprobs. Each is what the engine returned: accepted."""
+
+    class Jittered(ScriptedEngine):
+        calls = 0
+
+        async def generate(self, prompt_ids, params, session_id=None):  # type: ignore[no-untyped-def]
+            c = await super().generate(prompt_ids, params, session_id)
+            Jittered.calls += 1
+            return dataclasses.replace(c, logprobs=[x - 1e-6 * Jittered.calls for x in c.logprobs])
+
+    ledger = SampledLedger(Jittered(name="e"))
+    first, second = await _two_turn(ledger, [1, 2, 3]), await _two_turn(ledger, [1, 2, 3])
+    assert first.response_ids == second.response_ids and first.logprobs != second.logprobs
+    assert ledger.verify(first) is None and ledger.verify(second) is None
+    second.logprobs[0] -= 1e-3  # logprobs no call returned with these tokens
+    assert "logprobs at response[0:" in (ledger.verify(second) or "")
+
+
 async def test_ledger_rejects_ragged_lengths_and_forgets_on_clear() -> None:
     ledger = SampledLedger(ScriptedEngine(name="e"))
     traj = await _two_turn(ledger, [1, 2, 3])
@@ -111,7 +132,9 @@ def _logprobs(batch_size: int, seed: int = 0) -> list[torch.Tensor]:
     return [(-torch.rand(n, generator=gen) - 0.1).requires_grad_() for n in lengths]
 
 
-@pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"])
+@pytest.mark.parametrize(
+    "agg", ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
+)
 def test_micro_batches_give_the_full_batch_gradient(agg: str) -> None:
     algo = AlgoConfig(advantage="grpo", loss_agg=agg)  # type: ignore[arg-type]
     batch = build_batch(_trajs(), algo, max_response=8)
@@ -258,7 +281,13 @@ def test_a_rollouts_parts_share_its_group_reward_and_advantage_but_not_its_basel
     extra = _traj("elsewhere", 2, [5, 9, 9], [1, 0, 1], reward=-3.0)
     trajs[0].parts = [extra]
     both = build_batch(trajs, algo, max_response=8)
-    assert both.counted.tolist() == [1.0, 0.0, 1.0, 1.0, 1.0] and both.rollout_index.tolist() == [0, 0, 1, 2, 3]
+    assert both.counted.tolist() == [1.0, 0.0, 1.0, 1.0, 1.0] and both.rollout_index.tolist() == [
+        0,
+        0,
+        1,
+        2,
+        3,
+    ]
     assert both.group_index.tolist() == [0, 0, 0, 1, 1] and both.rewards[1] == both.rewards[0]
     rows = [0, 2, 3, 4]  # the counted rows: as if the part were not there
     assert torch.allclose(both.advantages[rows, :5], alone.advantages, atol=1e-6)
@@ -278,7 +307,9 @@ def test_seq_mean_token_sum_norm_does_not_depend_on_the_micro_batches(split: lis
     batch = build_batch(trajs, algo, max_response=8)
     batch.advantages = batch.mask.clone()
     loss = BatchLoss(batch, algo)
-    total = sum(float(loss(rows, [torch.zeros(len(trajs[i].response_ids)) for i in rows], None)) for rows in split)
+    total = sum(
+        float(loss(rows, [torch.zeros(len(trajs[i].response_ids)) for i in rows], None)) for rows in split
+    )
     assert total == pytest.approx(-0.625)
 
 

@@ -15,6 +15,7 @@ import dataclasses
 import hashlib
 import shutil
 import tempfile
+import weakref
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -37,10 +38,14 @@ class BaselineCache:
         self._root: Path | None = None
         self._ready: dict[str, Path | None] = {}
         self._building: dict[str, asyncio.Future[Path | None]] = {}
+        self._finalizer: Callable[[], object] | None = None
 
     def _folder(self) -> Path:
         if self._root is None:
             self._root = Path(tempfile.mkdtemp(prefix="coderl-baselines-"))
+            # a cache nobody closes (a context made by hand) still leaves nothing behind: the folder
+            # goes when the cache is collected, or when the interpreter exits
+            self._finalizer = weakref.finalize(self, shutil.rmtree, self._root, ignore_errors=True)
         return self._root
 
     @property
@@ -50,8 +55,9 @@ class BaselineCache:
 
     def close(self) -> None:
         """Remove every baseline folder; the cache can be used again afterwards (it starts empty)."""
-        if self._root is not None:
-            shutil.rmtree(self._root, ignore_errors=True)
+        if self._finalizer is not None:
+            self._finalizer()  # removes the folder (once)
+            self._finalizer = None
         self._root = None
         self._ready.clear()
 

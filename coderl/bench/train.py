@@ -157,7 +157,12 @@ def _one_default_step(cfg: Config, console: Console) -> dict[str, Any]:
 
     with tempfile.TemporaryDirectory(prefix="coderl-bench-train-") as tmp:
         run_dir = Path(tmp)
-        one = cfg.model_copy(update={"train": cfg.train.model_copy(update={"steps": 1, "val_tasks": "none"})})
+        one = cfg.model_copy(
+            update={  # one RL step: no validation, no warm start
+                "train": cfg.train.model_copy(update={"steps": 1, "val_tasks": "none", "val_also": ""}),
+                "sft": cfg.sft.model_copy(update={"before_rl": False}),
+            }
+        )
         asyncio.run(Trainer(one, run_dir, console).run())
         row = json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[0])
     return {

@@ -128,6 +128,16 @@ def _changed_span(old: str, new: str) -> tuple[str, str]:
     return old[start : len(old) - end], new[start : len(new) - end]
 
 
+VIEW_LINES = 25
+"""How many lines after the ``def`` line the bash demonstration shows: a fixed window, so the model only
+copies the line number ``grep`` printed, rather than working out where the function ends."""
+
+
+def _window(first: int, last: int) -> int:
+    """Lines to show after ``first``: the fixed window, or the whole function when it is longer."""
+    return max(VIEW_LINES, last - first)
+
+
 def gold_turns(task: Task, rollout: RolloutConfig) -> list[str] | None:
     """The model's side of each turn of a gold demonstration for the ``swe`` loop (after the response
     prefix the environment writes), or None when the task's fix is not a one-line change the loop's
@@ -153,7 +163,7 @@ def gold_turns(task: Task, rollout: RolloutConfig) -> list[str] | None:
     if bash:
         commands = [
             f'grep -rn "def {name}" --include=*.py .',
-            f"cat -n {fix.path} | sed -n '{first},{last}p'",
+            f"cat -n {fix.path} | sed -n '{first},+{_window(first, last)}p'",
             f"sed -i '{fix.line}s/{_shell(_sed_pattern(old))}/{_shell(_sed_replacement(new))}/' {fix.path}",
         ]
         if rollout.max_turns < len(commands):

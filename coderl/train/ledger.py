@@ -11,14 +11,10 @@ the engine saw, or its logprobs are not the sampling distribution's (they weigh 
 from __future__ import annotations
 
 import hashlib
-from typing import TYPE_CHECKING
 
 from coderl.engine.base import Engine, EngineView
 from coderl.engine.params import SamplingParams
 from coderl.types import Completion, Trajectory
-
-if TYPE_CHECKING:
-    pass
 
 
 def _digest(ids: list[int]) -> bytes:
@@ -60,12 +56,15 @@ class SampledLedger(EngineView):
                 j += 1
             candidates = [c for c in self.sampled.get(_digest(traj.prompt_ids + ids[:i]), []) if c[0]]
             run = ids[i:j]
-            # one call's tokens, or the start of the next call's too (no environment tokens between)
-            match = next((c for c in candidates if run[: len(c[0])] == c[0]), None)
-            if match is None:
+            # one call's tokens, or the start of the next call's too (no environment tokens between);
+            # samples of one prompt (a group) may repeat each other's tokens with other logprobs
+            # (batched arithmetic differs by batch), so the pair is matched, not the tokens alone
+            same_tokens = [c for c in candidates if run[: len(c[0])] == c[0]]
+            if not same_tokens:
                 return f"model tokens at response[{i}:{j}] were not sampled by the engine after that context"
-            n = len(match[0])
-            if traj.logprobs[i : i + n] != match[1]:
+            match = next((c for c in same_tokens if traj.logprobs[i : i + len(c[0])] == c[1]), None)
+            if match is None:
+                n = len(same_tokens[0][0])
                 return f"logprobs at response[{i}:{i + n}] are not the ones the engine returned with those tokens"
-            i += n
+            i += len(match[0])
         return None
