@@ -4,15 +4,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from coderl.config import load_config
 from coderl.rollout.runner import RolloutResult
+from coderl.tasks import load_tasks
 from coderl.tasks.calibration import Estimate, calibration_dir, load_estimates, save_estimates, setting_key
 from coderl.train.curriculum import Curriculum
 from coderl.types import Task, Trajectory
 
 
 def _tasks(n: int) -> list[Task]:
-    return [Task(id=f"t{i}", instruction="", repo=Path("."), fail_to_pass=[], pass_to_pass=[]) for i in range(n)]
+    return [
+        Task(id=f"t{i}", instruction="", repo=Path("."), fail_to_pass=[], pass_to_pass=[]) for i in range(n)
+    ]
 
 
 def _result(task_id: str, resolved: bool) -> RolloutResult:
@@ -56,3 +61,24 @@ def test_none_is_a_resumable_cycle() -> None:
     resumed = Curriculum(tasks, "none", {}, seed=0)
     resumed.load({"cursor": 4})  # what an old checkpoint holds
     assert [t.id for t in resumed.draw(1)] == ["t1"]
+
+
+@pytest.mark.slow
+def test_coderl_tasks_calibrate_saves_estimates_the_trainer_reads(tmp_path: Path) -> None:
+    from coderl.cli.main import main
+    from coderl.config.packaged import default_train_config
+    from tests.test_tasks import make_native
+
+    suite = make_native(tmp_path)
+    small = [
+        f"train.tasks=native:{suite}",
+        "rollout.max_tokens=8",
+        "rollout.max_turns=1",
+        f"run.dir={tmp_path / 'run'}",
+    ]
+    assert main(["tasks", "calibrate", "--k", "2", *small]) == 0
+    cfg = load_config(defaults=default_train_config(), overrides=small)
+    key, _ = setting_key(cfg.model, cfg.rollout)
+    estimates = load_estimates(f"native:{suite}", key)  # where train.curriculum=edge looks
+    assert set(estimates) == {t.id for t in load_tasks(f"native:{suite}")}
+    assert all(e.samples == 2 and 0 <= e.passed <= 2 for e in estimates.values())

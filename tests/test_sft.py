@@ -36,6 +36,8 @@ def test_one_line_fixes_and_what_a_person_would_type() -> None:
     )  # '+' alone is not unique
     assert _changed_span("    total(items)", "    return total(items)") == ("total", "return total")
     assert _changed_span("if not (x < y):", "if x < y:") == ("not (x < y)", "x < y")
+    source = "def f(i):\n    y = i + 1\n    return i + 1\n"  # unique in the file, not only in the line
+    assert _changed_span("    return i + 1", "    return i - 1", source) == ("return i + 1", "return i - 1")
     two = GOLD.replace("+    return a + b", "+    return a + b\n+    # fixed")
     assert one_line_fix(two) is None  # not a one-line change
 
@@ -45,7 +47,7 @@ def test_gold_turns_for_the_bash_loop_and_for_the_tool_loop(tmp_path: Path) -> N
     bash = load_config(defaults=default_train_config()).rollout
     turns = gold_turns(task, bash)
     assert turns is not None and len(turns) == 3 and all(t.endswith('"}}\n</tool_call>') for t in turns)
-    assert json.loads('"' + turns[2].split('"}}')[0] + '"') == "sed -i '2s/-/+/' calc.py"
+    assert json.loads('"' + turns[2].split('"}}')[0] + '"') == "sed -i 's/-/+/' calc.py"  # unique in the file: no line number
     tools = bash.model_copy(update={"response_prefix": "", "max_turns": 5})
     calls = gold_turns(task, tools)
     assert calls is not None and [json.loads(c.split("\n")[1])["name"] for c in calls] == [
@@ -63,7 +65,7 @@ async def test_demonstrations_are_the_loops_own_rendering_and_resolve(tmp_path: 
     assert made[f"gold:native:{tmp_path / 'calc-001'}"]["kept"] == 1 and len(demos) == 1
     demo = demos[0]
     text = tokenizer.decode(demo.prompt_ids + demo.response_ids)
-    assert "sed -i '2s/-/+/' calc.py" in text and "def add(a, b)" in text  # the command and its real output
+    assert "sed -i 's/-/+/' calc.py" in text and "def add(a, b)" in text  # the command and its real output
     assert demo.num_turns == 3 and demo.exit_status == "step_limit"
     model_text = tokenizer.decode(
         [t for t, m in zip(demo.response_ids, demo.response_mask, strict=True) if m]

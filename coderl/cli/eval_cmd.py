@@ -45,7 +45,10 @@ def run_calibrate(ns: argparse.Namespace) -> int:
         ns.config_path, ns.config_overrides, defaults=None if ns.config_path else default_train_config()
     )
     cfg = cfg.model_copy(
-        update={"rollout": cfg.rollout.model_copy(update={"group_size": ns.k, "pass_k": [1]})}
+        update={  # the tasks the curriculum draws from: train.tasks
+            "rollout": cfg.rollout.model_copy(update={"group_size": ns.k, "pass_k": [1]}),
+            "tasks": cfg.tasks.model_copy(update={"source": cfg.train.tasks}),
+        }
     )
     results = asyncio.run(_run(cfg, "calibrate", grade=True))
     estimates: dict[str, Estimate] = {}

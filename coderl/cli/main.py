@@ -152,7 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = tasks.add_parser(
         "calibrate",
         help="estimate each task's pass rate under the configured model: --k samples per task, saved beside the tasks",
-        description="Roll every task of tasks.source out --k times with the configured model and rollout settings, "
+        description="Roll every task of train.tasks (what train.curriculum draws from) out --k times with the configured model and rollout settings, "
         "grade each, and save per-task samples and passes beside the tasks (keyed by the model and the "
         "settings that change the pass rate); train.curriculum=edge reads them. Also writes a run directory "
         "(trajectories, report.json) like coderl eval.",

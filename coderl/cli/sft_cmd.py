@@ -33,6 +33,7 @@ def run_sft(ns: argparse.Namespace) -> int:
     with console.status("making demonstrations"):
         demos, made = asyncio.run(build_demos(cfg, chat, [*held, *also]))
     console.print(f"{len(demos)} demonstrations: {json.dumps(made)}")
+    (run_dir / "demos.json").write_text(json.dumps({"sources": made, "task_ids": [d.task_id for d in demos]}))
     actor = Actor(cfg.actor.model_copy(update={"seed": cfg.run.seed}), cfg.model.path, cfg.model.cache_dir)
     with console.status("loading the policy"):
         actor.setup()

@@ -102,10 +102,11 @@ def _shell(text: str) -> str:
     return text.replace("'", "'\\''")
 
 
-def _changed_span(old: str, new: str) -> tuple[str, str]:
+def _changed_span(old: str, new: str, haystack: str | None = None) -> tuple[str, str]:
     """What a person would type to fix ``old`` into ``new`` with ``s/OLD/NEW/``: the differing middle,
-    widened to whole words and then, a character at a time on both sides, until OLD is not empty and
-    occurs once in the line (so the substitution cannot hit another place)."""
+    widened to whole words and then, a character (and the rest of a word) at a time on both sides, until OLD is not empty and
+    occurs once in ``haystack`` (default: the line), so the substitution cannot hit another place."""
+    haystack = old if haystack is None else haystack
     start = 0
     while start < min(len(old), len(new)) and old[start] == new[start]:
         start += 1
@@ -122,9 +123,16 @@ def _changed_span(old: str, new: str) -> tuple[str, str]:
         end -= 1
     while start > 0 or end > 0:
         span = old[start : len(old) - end]
-        if span.strip() and old.count(span) == 1:
+        if span.strip() and haystack.count(span) == 1:
             break
-        start, end = max(0, start - 1), max(0, end - 1)
+        if start > 0:  # one more character on the left, then the rest of a word it starts into
+            start -= 1
+            while start > 0 and word(old[start - 1]) and word(old[start]):
+                start -= 1
+        if end > 0:  # the same on the right
+            end -= 1
+            while end > 0 and word(old[len(old) - end]) and word(old[len(old) - end - 1]):
+                end -= 1
     return old[start : len(old) - end], new[start : len(new) - end]
 
 
@@ -156,6 +164,10 @@ def gold_turns(task: Task, rollout: RolloutConfig) -> list[str] | None:
         return None
     name, first, last = found
     old, new = _changed_span(fix.old, fix.new)
+    in_file = _changed_span(fix.old, fix.new, source)
+    address = "" if source.count(in_file[0]) == 1 else str(fix.line)
+    if not address:  # unique in the file: no line number to copy (easier for a small model to get right)
+        old, new = in_file
     bash = (
         rollout.response_prefix.strip().endswith(BASH_OPENER.strip())
         or BASH_OPENER in rollout.response_prefix
@@ -164,7 +176,7 @@ def gold_turns(task: Task, rollout: RolloutConfig) -> list[str] | None:
         commands = [
             f'grep -rn "def {name}" --include=*.py .',
             f"cat -n {fix.path} | sed -n '{first},+{_window(first, last)}p'",
-            f"sed -i '{fix.line}s/{_shell(_sed_pattern(old))}/{_shell(_sed_replacement(new))}/' {fix.path}",
+            f"sed -i '{address}s/{_shell(_sed_pattern(old))}/{_shell(_sed_replacement(new))}/' {fix.path}",
         ]
         if rollout.max_turns < len(commands):
             return None
