@@ -30,6 +30,7 @@ SMALL = [
     "actor.lr=1e-5",
     "train.val_tasks=none",
     "sft.before_rl=false",
+    "rollout.tools=null",
 ]
 REQUIRED = ("step", "reward_mean", "pass_rate", "logprob_mismatch", "kl", "entropy", "grad_norm", "stage_s")
 
@@ -101,7 +102,18 @@ def test_train_with_gae_killed_and_resumed_loses_nothing(tmp_path: Path) -> None
 def test_minimal_grpo_example_runs() -> None:
     example = Path(__file__).resolve().parent.parent / "examples" / "minimal_grpo.py"
     proc = subprocess.run(
-        [sys.executable, str(example), "--steps", "1", "--group-size", "2", "--max-turns", "2", "--max-tokens", "16"],
+        [
+            sys.executable,
+            str(example),
+            "--steps",
+            "1",
+            "--group-size",
+            "2",
+            "--max-turns",
+            "2",
+            "--max-tokens",
+            "16",
+        ],
         capture_output=True,
         text=True,
         timeout=600,
@@ -130,7 +142,9 @@ def test_train_syncs_weights_into_an_http_engine_server(
     from tests.servers import serve
 
     # the app `coderl engine serve` runs, on a fresh engine of its own (its weights are overwritten)
-    app = create_app(EmbeddedEngine(EngineConfig(max_batch_size=4), ModelConfig()), DEFAULT_MODEL_NAME, tokenizer)
+    app = create_app(
+        EmbeddedEngine(EngineConfig(max_batch_size=4), ModelConfig()), DEFAULT_MODEL_NAME, tokenizer
+    )
     run = tmp_path / "run"
     with serve(app) as url:
         args = [a for a in SMALL if not a.startswith(("train.steps", "actor.lr"))]
@@ -180,7 +194,9 @@ def test_warm_start_then_rl_with_two_held_out_sets(tmp_path: Path) -> None:
     warm = rows[1]
     assert warm["sft_demos"] >= 1 and warm["sft_steps"] >= 1 and warm["policy_version"] == 1
     sources = warm["sft_sources"][f"gold:native:{suite}"]
-    assert sources["held_out_skipped"] == 1  # the held-out task was never demonstrated
+    assert (
+        sources["held_out_skipped"] >= 1
+    )  # the held-out task (and any fixing its function) never demonstrated
     for row in (rows[0], rows[1], rows[2]):  # both held-out sets at every validation
         assert row["val_tasks"] == 1 and row["val_also_tasks"] == 1
     assert rows[2]["policy_version"] == 2  # the warm start, then one RL update

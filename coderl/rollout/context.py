@@ -31,7 +31,8 @@ class ContextFactory:
             if unknown:
                 raise ConfigError(
                     f"rollout.tools: got {unknown}, not tools of the {rollout.agent} loop; it offers "
-                    f"{', '.join(offered) if offered else 'no tools to choose from'}"
+                    f"{', '.join(offered) if offered else 'no tools to choose from'} "
+                    "(rollout.tools=null offers all of a loop's tools)"
                 )
         self.sampling = SamplingParams(
             max_tokens=rollout.max_tokens, temperature=rollout.temperature, top_p=rollout.top_p
