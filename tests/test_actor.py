@@ -179,6 +179,37 @@ def test_gradient_accumulation_equals_one_micro_batch(batch: Any) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("packing", [True, False])
+def test_score_masks_project_only_the_kept_tokens_with_the_same_gradient(batch: Any, packing: bool) -> None:
+    sequences, starts = batch[0][:3], batch[1][:3]
+    spans = [len(s) - st for s, st in zip(sequences, starts, strict=True)]
+    masks = [[(i + j) % 3 != 0 for j in range(n)] for i, n in enumerate(spans)]
+    kept = [torch.tensor(m, dtype=torch.float32) for m in masks]
+
+    def masked_nll(indices: list[int], logprobs: list[torch.Tensor], *_: object) -> torch.Tensor:
+        seen.append([lp.detach().clone() for lp in logprobs])
+        return -torch.stack([(lp * kept[i]).sum() for i, lp in zip(indices, logprobs, strict=True)]).sum()
+
+    grads, losses = [], []
+    for score_masks in (None, [[int(b) for b in m] for m in masks]):
+        seen: list[list[torch.Tensor]] = []
+        actor = make_actor(packing=packing)
+        actor.model.double()  # rounding of a different row set aside, the gradients must be the same
+        losses.append(
+            actor.compute_grads(sequences, starts, 1.0, masked_nll, score_masks=score_masks)["loss"]
+        )
+        grads.append({n: p.grad for n, p in actor.trainable_parameters() if p.grad is not None})
+    assert losses[1] == pytest.approx(losses[0], rel=1e-9)
+    assert grads[0].keys() == grads[1].keys()
+    assert max(float((grads[1][n] - g).abs().max()) for n, g in grads[0].items()) < 1e-9
+    last = [lp for group in seen for lp in group]
+    assert all(bool((lp[~torch.tensor(m)] == 0).all()) for lp, m in zip(last, masks, strict=True))
+    assert all(bool((lp[torch.tensor(m)] < 0).all()) for lp, m in zip(last, masks, strict=True))
+    with pytest.raises(ConfigError, match="score_masks"):
+        make_actor().compute_grads(sequences, starts, 1.0, masked_nll, score_masks=[[1]] * 3)
+
+
+@pytest.mark.slow
 def test_gradient_checkpointing_gives_the_same_gradients(batch: Any) -> None:
     sequences, starts = batch[0][:2], batch[1][:2]
     grads = []
@@ -345,6 +376,21 @@ def test_pack_lays_a_shared_prompt_out_once() -> None:
     assert batch.num_tokens == 19 + 2 + 1 + 30 + 21
     assert batch.input_ids[batch.scored_rows].tolist()[:3] == [119, 1, 119]  # rows that predict 1, 2, 3
     assert batch.targets.tolist() == [1, 2, 3, 4, 5, 6] and batch.counts == [2, 1, 1, 2]
+
+
+def test_samples_of_different_tasks_share_their_common_system_prompt() -> None:
+    system = list(range(100, 120))  # 20 tokens every prompt starts with
+    a, b = system + [1, 2, 3], system + [4, 5]  # two tasks' prompts
+    seqs = [a + [7], a + [8, 9], b + [7], b + [6], system[:10] + [0] * 12 + [5]]
+    starts = [23, 23, 22, 22, 23]
+    # a GRPO group shares its whole prompt; the next task ends that chain and leads a new one
+    assert shared_prefixes(seqs, starts) == [0, 22, 0, 21, 0]
+    tasks = [a + [7], b + [7], system + [9, 9, 9, 9] + [8]]
+    assert shared_prefixes(tasks, [23, 22, 24]) == [0, 20, 20]  # one chain: the system prompt
+    batch = pack(tasks, [23, 22, 24], torch.device("cpu"), share_prefix=True)
+    assert batch.num_tokens == 20 + 3 + 2 + 4  # the prefix once, then what each adds (less its last token)
+    assert batch.targets.tolist() == [7, 7, 8] and batch.input_ids[batch.scored_rows].tolist() == [3, 5, 9]
+    assert shared_prefixes([a + [7], a[:15] + [0] * 8 + [7]], [23, 23]) == [0, 0]  # under MIN_SHARED_PREFIX
 
 
 @pytest.mark.slow

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
@@ -175,17 +174,14 @@ def test_train_syncs_weights_into_an_http_engine_server(
 
 def test_warm_start_then_rl_with_two_held_out_sets(tmp_path: Path) -> None:
     """The main job's chain on a small scale: validate (step 0) -> supervised warm start on gold
-    demonstrations of the training tasks -> validate -> RL -> validate, on a synthesised suite."""
-    from coderl.tasks.synth.build import SynthOptions, synthesize
-
-    suite = tmp_path / "suite"
-    asyncio.run(synthesize(Path(__file__).parent / "data" / "synth_repo", suite, SynthOptions(n=6, seed=1)))
+    demonstrations of the training tasks -> validate -> RL -> validate, on synthesised tasks."""
+    suite = "bundled:strkit-s003,strkit-s005,strkit-s010,strkit-s013"  # one-line fixes of four functions
     run = tmp_path / "run"
     out = _finish(
         _train(
-            f"train.tasks=native:{suite}", "train.val_tasks=", "train.val_size=1", "train.val_samples=1",
+            f"train.tasks={suite}", "train.val_tasks=", "train.val_size=1", "train.val_samples=1",
             "train.val_also=bundled:collkit-001", "train.steps=1", "train.tasks_per_step=1", "train.group_size=2",
-            "rollout.tools=[bash]", "rollout.max_tokens=40", "sft.before_rl=true", f"sft.data=[gold:native:{suite}]",
+            "rollout.tools=[bash]", "rollout.max_tokens=40", "sft.before_rl=true", f"sft.data=[gold:{suite}]",
             "sft.lr=1e-5", "sft.epochs=1", f"run.dir={run}",
         )
     )  # fmt: skip
@@ -193,7 +189,7 @@ def test_warm_start_then_rl_with_two_held_out_sets(tmp_path: Path) -> None:
     assert [(r["step"], r.get("phase")) for r in rows] == [(0, "start"), (0, "sft"), (1, None)]
     warm = rows[1]
     assert warm["sft_demos"] >= 1 and warm["sft_steps"] >= 1 and warm["policy_version"] == 1
-    sources = warm["sft_sources"][f"gold:native:{suite}"]
+    sources = warm["sft_sources"][f"gold:{suite}"]
     assert (
         sources["held_out_skipped"] >= 1
     )  # the held-out task (and any fixing its function) never demonstrated

@@ -260,9 +260,12 @@ class Actor:
         temperature: float,
         with_entropy: bool,
         with_values: bool = False,
+        score_masks: list[list[int]] | None = None,
     ) -> tuple[list[torch.Tensor], list[torch.Tensor] | None, list[torch.Tensor] | None, int]:
-        """Per-sequence float32 logprobs (entropies, values) of one micro-batch; grad follows the caller."""
+        """Per-sequence float32 logprobs (entropies, values) of one micro-batch; grad follows the caller.
+        With ``score_masks`` only the masked-in tokens reach the vocabulary projection; the others get 0."""
         batch = pack(sequences, starts, self.device, share_prefix=self.cfg.packing and self.cfg.share_prefix)
+        keep = self._kept_rows(score_masks, batch.counts)
         if batch.scored_rows.numel() == 0:
             empty = [torch.zeros(0, device=self.device) for _ in sequences]
             return (
@@ -276,20 +279,38 @@ class Actor:
             if self.cfg.packing:
                 checkpointing = self.cfg.gradient_checkpointing and model is self._hf
                 hidden = decoder.hidden(batch, gradient_checkpointing=checkpointing)  # [M, E]
-                logits = model.lm_head(hidden)  # [M, V]
+                logits = model.lm_head(hidden if keep is None else hidden[keep])  # [M or K, V]
                 forwarded = batch.num_tokens
             else:
                 logits, forwarded = padded_logits(model, sequences, starts, self.device)  # [M, V]
+                logits = logits if keep is None else logits[keep]  # [M or K, V]
         if with_values:  # float32, outside autocast: a scalar regression head is cheap and precision-hungry
             assert self.value_head is not None and self.cfg.packing
             values = self.value_head(hidden.float())[:, 0]  # [M]
-        logits = logits.float()  # [M, V]
-        logprobs = token_logprobs(logits, batch.targets, temperature)  # [M]
-        entropy = entropy_from_logits(logits, temperature) if with_entropy else None  # [M]
+        logits = logits.float()  # [M or K, V]
+        targets = batch.targets if keep is None else batch.targets[keep]
+        logprobs = token_logprobs(logits, targets, temperature)  # [M or K]
+        entropy = entropy_from_logits(logits, temperature) if with_entropy else None  # [M or K]
+        if keep is not None:  # back to one value per scored token, 0 where masked out
+            zeros = torch.zeros(keep.shape[0], device=self.device)  # [M]
+            logprobs = zeros.masked_scatter(keep, logprobs)
+            entropy = zeros.masked_scatter(keep, entropy) if entropy is not None else None
         lps = list(logprobs.split(batch.counts))
         ents = list(entropy.split(batch.counts)) if entropy is not None else None
         vals = list(values.split(batch.counts)) if values is not None else None
         return lps, ents, vals, forwarded
+
+    def _kept_rows(self, score_masks: list[list[int]] | None, counts: list[int]) -> torch.Tensor | None:
+        """The ``[M]`` boolean mask of scored rows ``score_masks`` keeps (None: all of them)."""
+        if score_masks is None:
+            return None
+        lengths = [len(m) for m in score_masks]
+        if lengths != counts:
+            raise ConfigError(
+                f"score_masks: lengths {lengths[:4]} do not match the scored tokens {counts[:4]}; give one "
+                "0/1 per token of sequences[i][starts[i]:]"
+            )
+        return torch.tensor([bool(b) for m in score_masks for b in m], dtype=torch.bool, device=self.device)
 
     def _groups(self, sequences: list[list[int]], starts: list[int]) -> list[list[int]]:
         lengths = [len(s) for s in sequences]
@@ -347,6 +368,7 @@ class Actor:
         temperature: float,
         loss_fn: LossFn,
         with_entropy: bool = False,
+        score_masks: list[list[int]] | None = None,
     ) -> dict[str, float]:
         """Forward + backward over micro-batches, accumulating into ``.grad`` (no optimizer step)."""
         check_batch(sequences, starts)
@@ -366,6 +388,7 @@ class Actor:
                     temperature,
                     with_entropy,
                     with_values=self.value_head is not None,
+                    score_masks=None if score_masks is None else [score_masks[i] for i in group],
                 )
                 loss = loss_fn(group, lps, ents) if vals is None else loss_fn(group, lps, ents, vals)
                 if loss.requires_grad:
@@ -389,8 +412,12 @@ class Actor:
         temperature: float,
         loss_fn: LossFn,
         with_entropy: bool = False,
+        score_masks: list[list[int]] | None = None,
     ) -> dict[str, float]:
         """One optimizer step on the batch: accumulate gradients over micro-batches, clip, step.
+
+        ``score_masks`` (one 0/1 per token of ``sequences[i][starts[i]:]``) limits the vocabulary
+        projection to the tokens a loss uses (SFT: the model's own); the others reach ``loss_fn`` as 0.
 
         Returns grad_norm, lr (the one this step used), loss, tokens (forwarded, padding included
         without packing), trained_tokens, tokens_per_s, micro_batches, step_s, skipped (1 when the
@@ -399,7 +426,7 @@ class Actor:
         self._require()
         assert self.optimizer is not None and self.scheduler is not None
         began = time.perf_counter()
-        metrics = self.compute_grads(sequences, starts, temperature, loss_fn, with_entropy)
+        metrics = self.compute_grads(sequences, starts, temperature, loss_fn, with_entropy, score_masks)
         params = [p for group in self.optimizer.param_groups for p in group["params"]]
         max_norm = self.cfg.grad_clip if self.cfg.grad_clip > 0 else math.inf
         grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))

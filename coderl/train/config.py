@@ -39,8 +39,9 @@ class ActorConfig(Section):
     packing: bool = True
     """Pack sequences into one flat token matrix (no compute on padding); False = padded HF batches."""
     share_prefix: bool = True
-    """Packed forward: a prompt that consecutive samples share (a GRPO group) is forwarded once per
-    micro-batch and their responses attend to it (same result up to rounding, far fewer tokens)."""
+    """Packed forward: a prompt prefix that consecutive samples share (a GRPO group's prompt, or the
+    system prompt of different tasks) is forwarded once per micro-batch and the rest attends to it
+    (same result up to rounding, far fewer tokens)."""
     lora_rank: int = Field(0, ge=0)
     """LoRA rank; 0 = full fine-tuning."""
     lora_alpha: int = Field(16, gt=0)

@@ -12,8 +12,8 @@ predicts nothing that is scored); the hidden states at positions s - 1 .. L - 2 
 s .. L - 1, and only those rows ever reach the vocabulary projection.
 
 Shared prompts (``share_prefix``): consecutive samples of one task (a GRPO group) repeat the same
-prompt. Within a micro-batch, the unscored part of a prompt they share (tokens 0 .. s - 2) is
-forwarded once as a segment of its own; each sample's remaining tokens form a segment that attends
+prompt, and samples of different tasks its system prompt. Within a micro-batch, the unscored prefix
+consecutive samples share (at most tokens 0 .. s - 2) is forwarded once as a segment of its own; each sample's remaining tokens form a segment that attends
 to that prefix and causally to itself, at the positions it would have had. Autograd sums the
 gradients the samples send through the shared prefix, so the result is the unshared computation's,
 up to float rounding; for a group of G samples with prompt P and responses R, the forward shrinks
@@ -68,16 +68,32 @@ MIN_SHARED_PREFIX = 16
 """Shortest prompt prefix worth a segment of its own."""
 
 
+def _common_prefix(a: list[int], b: list[int], limit: int) -> int:
+    n = 0
+    while n < limit and a[n] == b[n]:
+        n += 1
+    return n
+
+
 def shared_prefixes(sequences: list[list[int]], starts: list[int]) -> list[int]:
-    """For each sequence, how many leading tokens it can share with the sequence before it: the
-    unscored prompt part (``start - 1`` tokens) when both have the same one, else 0."""
+    """For each sequence, how many leading tokens it shares with the chain of sequences before it (0:
+    it leads a chain, or shares nothing). A chain's prefix is the unscored tokens (before ``start - 1``)
+    its first two sequences have in common — a whole prompt for a GRPO group, the system prompt for
+    samples of different tasks — and the chain goes on while each next sequence has that same prefix."""
     out = [0]
+    chain = 0  # the current chain's prefix length; 0 = the previous sequence leads no chain yet
     for i in range(1, len(sequences)):
-        n = starts[i] - 1
-        same = (
-            n >= MIN_SHARED_PREFIX and starts[i - 1] == starts[i] and sequences[i][:n] == sequences[i - 1][:n]
-        )
-        out.append(n if same else 0)
+        seq, before = sequences[i], sequences[i - 1]
+        if chain:
+            if starts[i] - 1 >= chain and seq[:chain] == before[:chain]:
+                out.append(chain)
+            else:  # the chain ends: this sequence may lead the next one
+                chain = 0
+                out.append(0)
+            continue
+        n = _common_prefix(seq, before, min(starts[i], starts[i - 1]) - 1)
+        chain = n if n >= MIN_SHARED_PREFIX else 0
+        out.append(chain)
     return out[: len(sequences)]
 
 

@@ -102,6 +102,7 @@ def train_sft(
                 [len(t.prompt_ids) for t in batch],
                 1.0,
                 nll_loss(batch),
+                score_masks=[t.response_mask for t in batch],  # tool output is context: no logits for it
             )
             model_tokens = sum(sum(t.response_mask) for t in batch)
             row = {
