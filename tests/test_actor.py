@@ -137,7 +137,14 @@ async def test_logprobs_match_the_engine(
 @pytest.mark.slow
 def test_train_step_lowers_the_loss(batch: Any, hf_model: Any) -> None:
     sequences, starts = batch
-    actor = make_actor(lr=1e-4, micro_batch_tokens=100, lr_schedule="linear", total_steps=10, reference=True)
+    actor = make_actor(  # unshared: every token forwarded (the chat template's system prompt is common)
+        lr=1e-4,
+        micro_batch_tokens=100,
+        lr_schedule="linear",
+        total_steps=10,
+        reference=True,
+        share_prefix=False,
+    )
     loss_fn = nll_loss(sequences, starts)
     first = actor.train_step(sequences, starts, 1.0, loss_fn, with_entropy=True)
     second = actor.train_step(sequences, starts, 1.0, loss_fn)
@@ -159,7 +166,7 @@ def test_train_step_lowers_the_loss(batch: Any, hf_model: Any) -> None:
 @pytest.mark.slow
 def test_gradient_accumulation_equals_one_micro_batch(batch: Any) -> None:
     sequences, starts = [batch[0][i] for i in (0, 3, 1)], [batch[1][i] for i in (0, 3, 1)]
-    actor = make_actor(micro_batch_tokens=4096)
+    actor = make_actor(micro_batch_tokens=4096, share_prefix=False)  # the token counts below are unshared
     # In float32, sums over a different set of rows round differently: layer-norm weight gradients
     # (sums over every token, with cancellation) then differ by ~1e-4 relative. float64 isolates the
     # accumulation logic from that rounding; the logprobs themselves are still taken in float32.

@@ -181,7 +181,7 @@ def test_warm_start_then_rl_with_two_held_out_sets(tmp_path: Path) -> None:
         _train(
             f"train.tasks={suite}", "train.val_tasks=", "train.val_size=1", "train.val_samples=1",
             "train.val_also=bundled:collkit-001", "train.steps=1", "train.tasks_per_step=1", "train.group_size=2",
-            "rollout.tools=[bash]", "rollout.max_tokens=40", "sft.before_rl=true", f"sft.data=[gold:{suite}]",
+            "rollout.tools=[bash]", "rollout.max_tokens=40", "sft.before_rl=true", f'sft.data=["gold:{suite}"]',
             "sft.lr=1e-5", "sft.epochs=1", f"run.dir={run}",
         )
     )  # fmt: skip
