@@ -1,0 +1,57 @@
+"""``coderl bench learn`` end to end on a tiny recipe: a run and its lr-0 control, each a ``coderl train``
+process of its own, then the held-out figures and their Markdown section."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytestmark = pytest.mark.slow
+
+TINY = [
+    "train.tasks=bundled:warmup",
+    "train.val_tasks=",
+    "train.val_size=2",
+    "train.steps=1",
+    "train.tasks_per_step=1",
+    "train.group_size=2",
+    "rollout.agent=single_turn",
+    "rollout.tools=null",
+    "rollout.max_tokens=16",
+    "sft.before_rl=false",
+]
+
+
+def test_bench_learn_runs_the_recipe_and_its_control_in_processes_of_their_own(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "coderl", "bench", "learn", "--quick", "--json", "--write", "B.md", *TINY],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    r = json.loads(out.stdout)  # the runs' own output went to stderr
+    assert r["seeds"] == [0] and r["held_out_tasks"] == 2 and r["control_held_out_tasks"] == 2
+    for key in ("start_pass_at_1", "end_pass_at_1", "control_start_pass_at_1", "control_end_pass_at_1"):
+        assert len(r[key]) == 1 and 0.0 <= r[key][0] <= 1.0
+    assert r["rise_ci95"][0] <= r["mean_rise"] <= r["rise_ci95"][1]
+    assert r["control_rise_ci95"][0] <= r["control_rise"] <= r["control_rise_ci95"][1]
+    assert r["minutes_per_run"] > 0
+    (recipe,), (control,) = r["run_dirs"]["recipe"], r["run_dirs"]["control"]
+    lrs = []
+    for run in (recipe, control):
+        folder = tmp_path / run
+        cfg = yaml.safe_load((folder / "config.yaml").read_text())
+        lrs.append((cfg["actor"]["lr"], cfg["sft"]["lr"]))
+        assert cfg["run"]["seed"] == 0 and cfg["train"]["steps"] == 1
+        rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+        assert rows[0]["step"] == 0 and rows[-1]["step"] == 1 and "val_pass_at_1" in rows[-1]
+    assert lrs[0][0] > 0 and lrs[1] == (0.0, 0.0)  # the control learns nothing, the recipe does
+    section = (tmp_path / "B.md").read_text()
+    assert "Learning check" in section and "control (lr 0)" in section
