@@ -22,7 +22,7 @@ TINY = [
     "train.group_size=2",
     "rollout.agent=single_turn",
     "rollout.tools=null",
-    "rollout.max_tokens=16",
+    "rollout.max_tokens=8",
     "sft.before_rl=false",
 ]
 
