@@ -16,8 +16,8 @@ prompt, and samples of different tasks its system prompt. Within a micro-batch, 
 consecutive samples share (at most tokens 0 .. s - 2) is forwarded once as a segment of its own;
 each sample's remaining tokens form a segment that attends to that prefix and causally to itself, at
 the positions it would have had. Autograd sums the gradients the samples send through the shared
-prefix, so the result is the unshared computation's, up to float rounding; for a group of G samples with prompt P and responses R, the forward shrinks
-from G (P + R) to P + G R tokens.
+prefix, so the result is the unshared computation's, up to float rounding; for a group of G samples
+with prompt P and responses R, the forward shrinks from G (P + R) to P + G R tokens.
 """
 
 from __future__ import annotations
