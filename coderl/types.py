@@ -31,6 +31,8 @@ class Completion:
     """Seconds from submission to completion."""
     stop_token_id: int | None = None
     """The stop token that ended the request, if one did."""
+    stop_str: str | None = None
+    """The stop string (``SamplingParams.stop``) that ended the request, if one did."""
     replica: str = ""
     """Which engine replica served it (set by the router and HTTP clients)."""
     metrics: dict[str, float] = field(default_factory=dict)

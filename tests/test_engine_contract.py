@@ -102,6 +102,33 @@ async def test_max_tokens_bounds_the_completion(
     assert len(c.token_ids) == 1 and len(c.logprobs) == 1
 
 
+async def test_a_stop_string_ends_generation_at_the_token_that_completes_it(
+    subject: tuple[str, Engine], engine: EmbeddedEngine, tokenizer: Any, chat_prompts: list[list[int]]
+) -> None:
+    kind, eng = subject
+    if kind == "scripted":  # the same reply to both calls (the shared one moves on to counting)
+        eng = ScriptedEngine(["def square(x):\n    return x * x\n"] * 2, tokenizer)
+    params = SamplingParams(max_tokens=24, temperature=0.0)
+    full = (await eng.generate(chat_prompts[1], params)).token_ids
+    assert len(full) >= 4, full
+
+    def text(ids: list[int]) -> str:
+        return str(tokenizer.decode(ids, skip_special_tokens=True))
+
+    def straddling(n: int) -> str:  # the last character of token n-1's text and the first of token n's
+        head, tail = text(full[: n - 1]), text(full[:n])
+        return tail[len(head) - 1 : len(head) + 1] if len(tail) > len(head) >= 1 else ""
+
+    k = next(n for n in range(2, len(full)) if len(straddling(n)) == 2 and straddling(n) not in text(full[: n - 1]))
+    stop = straddling(k)
+    generated = engine.stats()["generated_tokens"]
+    c = await eng.generate(chat_prompts[1], params.model_copy(update={"stop": ["never-appears", stop]}))
+    assert (c.finish_reason, c.stop_str, c.stop_token_id) == ("stop", stop, None)
+    assert c.token_ids == full[:k] and len(c.logprobs) == k < 24  # ended there, the completing token kept
+    if kind in MODEL_ENGINES:  # the engine stopped: it sampled no token past the stop
+        assert engine.stats()["generated_tokens"] - generated == k
+
+
 async def test_a_seeded_request_repeats(subject: tuple[str, Engine], chat_prompts: list[list[int]]) -> None:
     _, eng = subject
     params = SamplingParams(max_tokens=6, temperature=1.0, seed=7)

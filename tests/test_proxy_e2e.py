@@ -132,6 +132,38 @@ def test_sdks_against_the_real_engine(tokenizer: Any, hf_model: Any, tmp_path: P
                 0.0
             ] * (len(traj["response_mask"]) - len(sampled))
 
+        # Stop sequences end generation in the engine, and the record is exactly the text returned.
+        s2 = admin(base, "POST", "/sessions")
+        oa2 = openai.OpenAI(base_url=s2["openai_base_url"], api_key=s2["secret"], max_retries=0)
+        an2 = anthropic.Anthropic(base_url=s2["anthropic_base_url"], api_key=s2["secret"], max_retries=0)
+        before = engine.stats()["generated_tokens"]
+        story = oa2.chat.completions.create(
+            model="smol",
+            messages=[{"role": "user", "content": "Tell me a story."}],
+            stop=[" "],
+            max_tokens=400,
+            temperature=0,
+        )
+        spent = engine.stats()["generated_tokens"] - before
+        before = engine.stats()["generated_tokens"]
+        hello = an2.messages.create(
+            model="smol",
+            max_tokens=1024,
+            extra_body={"temperature": 0},  # greedy (this SDK version has no temperature argument)
+            messages=[{"role": "user", "content": "Write one sentence about cats."}],
+            stop_sequences=["."],
+        )
+        spent_an = engine.stats()["generated_tokens"] - before
+        o_call, a_call = admin(base, "GET", f"/sessions/{s2['id']}")["calls"]
+        said = story.choices[0].message.content or ""
+        assert story.choices[0].finish_reason == "stop" and said and " " not in said
+        assert tokenizer.decode(o_call["completion_ids"], skip_special_tokens=True) == said
+        assert spent == len(o_call["completion_ids"]) + 1 < 10  # one more token held the stop: then it ended
+        written = hello.content[0].text  # type: ignore[union-attr]
+        assert hello.stop_reason == "stop_sequence" and hello.stop_sequence == "." and "." not in written
+        assert tokenizer.decode(a_call["completion_ids"], skip_special_tokens=True) == written
+        assert spent_an == len(a_call["completion_ids"]) + 1 < 100, spent_an
+
 
 def _start(db: Path, port: int) -> subprocess.Popen[bytes]:
     cmd = [sys.executable, "-m", "coderl", "proxy", "serve", f"proxy.db={db}", f"proxy.port={port}"]

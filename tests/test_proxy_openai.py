@@ -229,10 +229,13 @@ async def test_stop_strings_cut_the_completion_and_its_ids(chat: ChatFormat, tmp
         s = await new_session(client)
         body = {"messages": [{"role": "user", "content": "x"}], "stop": ["END"]}
         out = (await client.post(url(s, "/chat/completions"), json=body, headers=auth(s))).json()
-        assert out["choices"][0]["message"]["content"] == "alpha beta "
+        content = out["choices"][0]["message"]["content"]
+        assert out["choices"][0]["finish_reason"] == "stop"
+        assert content == "alpha beta"  # " END" is one token: the reply ends at the token boundary before it
         call = (await record(client, s["id"]))["calls"][0]
-        assert chat.decode(call["completion_ids"]).endswith("END")
-        assert len(call["logprobs"]) == len(call["completion_ids"]) == len(chat.encode("alpha beta END"))
+        assert chat.decode(call["completion_ids"]) == content  # the record is what the client saw
+        assert len(call["logprobs"]) == len(call["completion_ids"]) == len(chat.encode("alpha beta"))
+        assert engine.calls[0].params.stop == ["END"]  # the engine was told, so it ends there (not at max_tokens)
 
 
 async def test_completions_api_reuses_sampled_ids_for_its_own_text(chat: ChatFormat, tmp_path: Path) -> None:

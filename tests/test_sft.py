@@ -5,6 +5,7 @@ a later run loads."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from coderl.errors import ConfigError
 from coderl.tasks import grade, load_tasks
 from coderl.train.actor import Actor
 from coderl.train.config import ActorConfig, SFTConfig
-from coderl.train.demos import _changed_span, gold_turns, one_line_fix
+from coderl.train.demos import NOT_IN_ISSUE, _changed_span, gold_plan, gold_turns, issue_callee, one_line_fix
 from coderl.train.sft import build_demos, nll_loss, train_sft
 from coderl.types import Trajectory
 from tests.test_tasks import GOLD, make_native
@@ -54,6 +55,17 @@ def test_gold_turns_for_the_bash_loop_and_for_the_tool_loop(tmp_path: Path) -> N
         "search", "view", "str_replace", "submit"
     ]  # fmt: skip
     assert gold_turns(task, bash.model_copy(update={"max_turns": 2})) is None  # three moves do not fit
+    elsewhere = dataclasses.replace(task, instruction="total([2, 3]) returns -1")  # the fix is in add()
+    assert gold_plan(elsewhere, bash) == NOT_IN_ISSUE  # its first move could not be read off the issue
+
+
+def test_the_issue_callee_is_the_first_function_the_issue_calls() -> None:
+    synth = "Quarters is broken\n\n    assert quarter_start(date(2023, 8, 17)) == date(2023, 7, 1)\n"
+    assert issue_callee(synth) == "quarter_start"
+    raises = "    with pytest.raises(ValueError):\n        cfg.add_section(str('bad]name'))\n"
+    assert issue_callee(raises) == "add_section"  # pytest's helpers and builtins are not the library's
+    assert issue_callee("    assert not (is_leap(1900))") == "is_leap"
+    assert issue_callee("Blank lines are broken") is None
 
 
 async def test_demonstrations_are_the_loops_own_rendering_and_resolve(tmp_path: Path, tokenizer: Any) -> None:

@@ -31,6 +31,7 @@ from coderl.engine.kv_cache import PrefixCache, SequenceKV, common_prefix
 from coderl.engine.params import SamplingParams
 from coderl.engine.runner import Chunk, ModelRunner
 from coderl.engine.sampler import SampleRequest, sample
+from coderl.engine.stops import StopWatch
 from coderl.engine.weights import load_weights
 from coderl.errors import EngineError, EngineUnavailableError
 from coderl.types import Completion
@@ -49,6 +50,7 @@ class _Request:
     generator: torch.Generator
     stop_ids: frozenset[int]
     max_new: int
+    stops: StopWatch | None
     submitted: float
     kv: SequenceKV | None = None
     output: list[int] = field(default_factory=list)
@@ -228,6 +230,7 @@ class EmbeddedEngine(Engine):
                 generator=torch.Generator().manual_seed(seed),
                 stop_ids=stop_ids,
                 max_new=min(params.max_tokens, self.max_model_len - len(prompt_ids)),
+                stops=StopWatch(self._decode, params.stop) if params.stop else None,
                 submitted=time.perf_counter(),
             )
             with self._cond:
@@ -362,11 +365,19 @@ class EmbeddedEngine(Engine):
             if tok in req.stop_ids:
                 self._running.remove(req)
                 self._finish(req, "stop", stop_token=tok)
+            elif req.stops is not None and (hit := req.stops.check(req.output)) is not None:
+                self._running.remove(req)
+                self._finish(req, "stop", stop_str=hit)
             elif len(req.output) >= req.max_new:
                 self._running.remove(req)
                 self._finish(req, "length")
 
-    def _finish(self, req: _Request, reason: str, stop_token: int | None = None) -> None:
+    def _decode(self, ids: list[int]) -> str:
+        return str(self.tokenizer.decode(ids, skip_special_tokens=True))
+
+    def _finish(
+        self, req: _Request, reason: str, stop_token: int | None = None, stop_str: str | None = None
+    ) -> None:
         if req.kv is not None and req.session_id and reason != "abort":
             self._prefix.put(req.session_id, req.kv)
         req.kv = None
@@ -383,6 +394,7 @@ class EmbeddedEngine(Engine):
             ttft_s=(req.first_token_at - req.submitted) if req.first_token_at else 0.0,
             latency_s=now - req.submitted,
             stop_token_id=stop_token,
+            stop_str=stop_str,
             replica=self.name,
         )
         _resolve(req.loop, req.future, result=completion)

@@ -139,6 +139,7 @@ class HTTPEngine(Engine):
             "top_p": p.top_p,
             "top_k": p.top_k if p.top_k > 0 else -1,
             "stop_token_ids": p.stop_token_ids,
+            "stop": p.stop,
             "ignore_eos": p.ignore_eos,
             "logprobs": 0,
             "return_tokens_as_token_ids": True,
@@ -160,6 +161,7 @@ class HTTPEngine(Engine):
             "top_p": p.top_p,
             "top_k": p.top_k if p.top_k > 0 else -1,
             "stop_token_ids": p.stop_token_ids,
+            "stop": p.stop,
             "ignore_eos": p.ignore_eos,
             "skip_special_tokens": False,
             "no_stop_trim": True,
@@ -300,6 +302,7 @@ def parse_vllm_completions(body: dict[str, Any], prompt_tokens: int, version: in
         prompt_tokens=int(usage.get("prompt_tokens", prompt_tokens)),
         cached_tokens=int(cached),
         stop_token_id=stop if isinstance(stop, int) else None,
+        stop_str=stop if isinstance(stop, str) else None,
     )
 
 
@@ -329,6 +332,7 @@ def parse_sglang_generate(body: dict[str, Any], prompt_tokens: int, version: int
         cached_tokens=int(meta.get("cached_tokens", 0) or 0),
         latency_s=float(meta.get("e2e_latency", 0.0) or 0.0),
         stop_token_id=matched if isinstance(matched, int) else None,
+        stop_str=matched if isinstance(matched, str) else None,
     )
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from pydantic import BaseModel, ConfigDict, Field
 
 
@@ -20,6 +22,10 @@ class SamplingParams(BaseModel):
     """Keep only the k most likely tokens; 0 = off."""
     stop_token_ids: list[int] = []
     """Extra token ids that end the completion (the model's EOS ids always do unless ignore_eos)."""
+    stop: list[Annotated[str, Field(min_length=1)]] = []
+    """Strings that end the completion: generation stops at the token whose text completes one (that
+    token is kept in ``token_ids``; ``Completion.stop_str`` names the string). Cut the text with
+    :func:`coderl.engine.stops.cut_at_stop`."""
     ignore_eos: bool = False
     """Do not stop at the model's EOS ids (benchmarks use this for fixed lengths)."""
     seed: int | None = None

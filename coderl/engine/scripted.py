@@ -25,6 +25,7 @@ from typing import Any
 
 from coderl.engine.base import Engine
 from coderl.engine.params import SamplingParams
+from coderl.engine.stops import StopWatch
 from coderl.errors import EngineError, EngineUnavailableError
 from coderl.types import Completion, FinishReason
 
@@ -118,10 +119,28 @@ class ScriptedEngine(Engine):
         finally:
             self.running -= 1
         ids = self._ids(reply, list(prompt_ids), params)[: params.max_tokens]
+        stop_str = None
+        if params.stop:  # as an engine does: end at the token that completes a stop string
+            if self.tokenizer is None:
+                raise EngineError("stop strings need the scripted engine's tokenizer to read its replies")
+            watch = StopWatch(lambda t: str(self.tokenizer.decode(t, skip_special_tokens=True)), params.stop)
+            for n in range(1, len(ids) + 1):
+                stop_str = watch.check(ids[:n])
+                if stop_str is not None:
+                    ids = ids[:n]
+                    break
         ended = bool(ids) and self.end_id is not None and ids[-1] == self.end_id
-        finish: FinishReason = "length" if not ended and len(ids) == params.max_tokens else "stop"
+        finish: FinishReason = (
+            "length" if stop_str is None and not ended and len(ids) == params.max_tokens else "stop"
+        )
         return Completion(
-            ids, scripted_logprobs(len(ids)), finish, self.version, prompt_tokens=len(prompt_ids), replica=self.name
+            ids,
+            scripted_logprobs(len(ids)),
+            finish,
+            self.version,
+            prompt_tokens=len(prompt_ids),
+            replica=self.name,
+            stop_str=stop_str,
         )
 
     # ------------------------------------------------------------------ for tests

@@ -24,6 +24,11 @@ from coderl.engine.params import SamplingParams
 from coderl.types import Completion
 
 
+def stop_strings(stop: str | list[str] | None) -> list[str]:
+    """A ``stop`` field as both servers take it (one string or a list), empty strings dropped."""
+    return [s for s in ([stop] if isinstance(stop, str) else stop or []) if s]
+
+
 class CompletionsRequest(BaseModel):
     """vLLM / OpenAI ``POST /v1/completions`` (the token-id subset)."""
 
@@ -37,6 +42,7 @@ class CompletionsRequest(BaseModel):
     top_k: int = -1
     seed: int | None = None
     stop_token_ids: list[int] | None = None
+    stop: str | list[str] | None = None
     ignore_eos: bool = False
     logprobs: int | None = None
     n: int = Field(1, ge=1, le=1)
@@ -55,6 +61,7 @@ class CompletionsRequest(BaseModel):
             top_k=max(self.top_k, 0),
             seed=self.seed,
             stop_token_ids=self.stop_token_ids or [],
+            stop=stop_strings(self.stop),
             ignore_eos=self.ignore_eos,
         )
 
@@ -67,6 +74,7 @@ class SGLangSamplingParams(BaseModel):
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     top_k: int = -1
     stop_token_ids: list[int] | None = None
+    stop: str | list[str] | None = None
     ignore_eos: bool = False
     sampling_seed: int | None = None
 
@@ -95,6 +103,7 @@ class GenerateRequest(BaseModel):
             top_k=max(sp.top_k, 0),
             seed=sp.sampling_seed,
             stop_token_ids=sp.stop_token_ids or [],
+            stop=stop_strings(sp.stop),
             ignore_eos=sp.ignore_eos,
         )
 
@@ -138,7 +147,7 @@ def completions_response(
                     "top_logprobs": None,
                 },
                 "finish_reason": c.finish_reason if c.finish_reason != "abort" else "abort",
-                "stop_reason": c.stop_token_id,
+                "stop_reason": c.stop_token_id if c.stop_token_id is not None else c.stop_str,
                 "token_ids": c.token_ids,
                 "prompt_logprobs": None,
             }
@@ -156,7 +165,8 @@ def completions_response(
 def generate_response(c: Completion, request_id: str, text: str, with_logprobs: bool) -> dict[str, Any]:
     """An SGLang-shaped /generate body for one completion."""
     if c.finish_reason == "stop":
-        finish: dict[str, Any] = {"type": "stop", "matched": c.stop_token_id}
+        matched = c.stop_token_id if c.stop_token_id is not None else c.stop_str
+        finish: dict[str, Any] = {"type": "stop", "matched": matched}
     elif c.finish_reason == "length":
         finish = {"type": "length", "length": len(c.token_ids)}
     else:

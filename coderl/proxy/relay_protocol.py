@@ -88,6 +88,7 @@ class Result(_Frame):
     ttft_s: float = 0.0
     latency_s: float = 0.0
     stop_token_id: int | None = None
+    stop_str: str | None = None
 
     @model_validator(mode="after")
     def _aligned(self) -> Result:
@@ -110,6 +111,7 @@ class Result(_Frame):
             ttft_s=c.ttft_s,
             latency_s=c.latency_s,
             stop_token_id=c.stop_token_id,
+            stop_str=c.stop_str,
         )
 
     def completion(self, replica: str) -> Completion:
@@ -123,6 +125,7 @@ class Result(_Frame):
             ttft_s=self.ttft_s,
             latency_s=self.latency_s,
             stop_token_id=self.stop_token_id,
+            stop_str=self.stop_str,
             replica=replica,
         )
 

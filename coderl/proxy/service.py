@@ -2,8 +2,10 @@
 
 A call: look up the session and check its secret; answer a retry (same idempotency key or same body)
 from the record; otherwise render the prompt (reusing sampled ids, :mod:`coderl.proxy.render`), call
-the engine with the session id (its prefix cache), cut at stop strings, parse tool calls, and commit
-the call to SQLite before anything is sent back.
+the engine with the session id (its prefix cache; the engine ends at a stop string), cut the reply
+before the stop string on a token boundary (:mod:`coderl.engine.stops`: the recorded ids decode to
+exactly the text returned), parse tool calls, and commit the call to SQLite before anything is sent
+back.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from starlette.requests import Request
 from coderl.chat import ChatFormat, parse_completion
 from coderl.engine.base import Engine
 from coderl.engine.params import SamplingParams
+from coderl.engine.stops import cut_at_stop
 from coderl.errors import ChatError, EngineError, EngineOverloadedError, EngineUnavailableError
 from coderl.proxy.auth import check_secret, hash_secret, new_secret, new_session_id
 from coderl.proxy.config import ProxyConfig
@@ -54,23 +57,6 @@ def request_key(api: str, body: bytes, idempotency_key: str | None) -> str:
     if idempotency_key:
         return "idem:" + idempotency_key[:200]
     return "body:" + hashlib.sha256(api.encode() + b"\0" + body).hexdigest()
-
-
-def cut_at_stop(chat: ChatFormat, ids: list[int], stops: list[str]) -> tuple[int, str, str | None]:
-    """(ids to keep, their text, the stop string hit): the shortest prefix whose text reaches a stop."""
-    text = chat.decode(ids)
-    hits = [(text.find(s), s) for s in stops if s and s in text]
-    if not hits:
-        return len(ids), text, None
-    at, stop = min(hits)
-    lo, hi = 1, len(ids)  # smallest n with len(decode(ids[:n])) >= at + len(stop)
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if len(chat.decode(ids[:mid])) >= at + len(stop):
-            hi = mid
-        else:
-            lo = mid + 1
-    return lo, text[:at], stop
 
 
 class ProxyService:
@@ -242,7 +228,8 @@ class ProxyService:
             raise ApiError(400, str(exc), param="messages") from None
         t_render = time.perf_counter()
         try:
-            c = await self.engine.generate(prompt_ids, req.params, session_id=session.id)
+            params = req.params.model_copy(update={"stop": req.stop}) if req.stop else req.params
+            c = await self.engine.generate(prompt_ids, params, session_id=session.id)
         except EngineOverloadedError as exc:
             raise self._retry_error(429, f"the engine is overloaded: {exc}") from None
         except EngineUnavailableError as exc:
@@ -277,7 +264,7 @@ class ProxyService:
         c: Completion,
     ) -> CallRow:
         ids, logprobs = list(c.token_ids), list(c.logprobs)
-        keep, text, stop_hit = cut_at_stop(self.chat, ids, req.stop)
+        keep, text, stop_hit = cut_at_stop(self.chat.decode, ids, req.stop)  # the text the client gets
         ids, logprobs = ids[:keep], logprobs[:keep]
         finish = "stop" if stop_hit else c.finish_reason
         uid = secrets.token_hex(8)

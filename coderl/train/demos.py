@@ -8,7 +8,11 @@ Two sources, both token-exact:
   the loop's own tools — find the function, look at it with line numbers, make the one-line fix —
   written as the model's side of each turn and played through the real loop by a scripted engine, so
   the trajectory is exactly what the loop renders (prompt, response prefix, tool output, masks). Only
-  demonstrations whose patch resolves the task under its hidden tests are kept.
+  demonstrations whose patch resolves the task under its hidden tests are kept, and only of tasks whose
+  fix lies in the function the issue text calls first (:func:`issue_callee`): every move is then read
+  off what the agent has seen (the name from the issue, the file and line from the search, the line
+  from the listing). A demonstration whose first move names a function the issue never mentions
+  teaches the policy to recall names of the training code, which do not exist in held-out code.
 
 Both the ``swe`` loop with a bash response prefix (``grep``, ``cat -n | sed -n``, ``sed -i``) and the
 ``swe`` loop with its own tools (``search``, ``view``, ``str_replace``, ``submit``) are written.
@@ -18,7 +22,9 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import builtins
 import json
+import keyword
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -89,6 +95,19 @@ def enclosing_function(source: str, line: int) -> tuple[str, int, int] | None:
     return best
 
 
+_CALL = re.compile(r"(pytest\.)?\b([A-Za-z_]\w*)\(")
+
+
+def issue_callee(instruction: str) -> str | None:
+    """The first function the issue text shows being called — skipping keywords, builtins and
+    ``pytest.``'s own helpers — the name a reader looks up first (None when nothing is called)."""
+    for m in _CALL.finditer(instruction):
+        name = m.group(2)
+        if not m.group(1) and not keyword.iskeyword(name) and not hasattr(builtins, name):
+            return name
+    return None
+
+
 def _sed_pattern(text: str) -> str:
     return re.sub(r"([\\/.*\[\]^$])", r"\\\1", text)
 
@@ -146,23 +165,36 @@ def _window(first: int, last: int) -> int:
     return max(VIEW_LINES, last - first)
 
 
+NOT_ONE_LINE = "no_one_line_fix"
+NOT_IN_ISSUE = "fix_not_in_issue_callee"
+
+
 def gold_turns(task: Task, rollout: RolloutConfig) -> list[str] | None:
     """The model's side of each turn of a gold demonstration for the ``swe`` loop (after the response
-    prefix the environment writes), or None when the task's fix is not a one-line change the loop's
-    tools can make in ``rollout.max_turns`` turns."""
+    prefix the environment writes), or None when there is none (:func:`gold_plan` says why)."""
+    turns = gold_plan(task, rollout)
+    return None if isinstance(turns, str) else turns
+
+
+def gold_plan(task: Task, rollout: RolloutConfig) -> list[str] | str:
+    """The turns of :func:`gold_turns`, or why there are none: ``NOT_ONE_LINE`` when the task's fix is
+    not a one-line change the loop's tools can make in ``rollout.max_turns`` turns, ``NOT_IN_ISSUE``
+    when the fixed function is not the one the issue text calls first."""
     if rollout.agent != "swe" or task.gold_patch is None:
-        return None
+        return NOT_ONE_LINE
     fix = one_line_fix(task.gold_patch)
     if fix is None or not fix.old.strip() or "\n" in fix.old:
-        return None
+        return NOT_ONE_LINE
     source_path = Path(task.repo) / fix.path
     if not source_path.is_file():
-        return None
+        return NOT_ONE_LINE
     source = source_path.read_text()
     found = enclosing_function(source, fix.line)
     if found is None:
-        return None
+        return NOT_ONE_LINE
     name, first, last = found
+    if issue_callee(task.instruction) != name:
+        return NOT_IN_ISSUE
     old, new = _changed_span(fix.old, fix.new)
     in_file = _changed_span(fix.old, fix.new, source)
     address = "" if source.count(in_file[0]) == 1 else str(fix.line)
@@ -179,7 +211,7 @@ def gold_turns(task: Task, rollout: RolloutConfig) -> list[str] | None:
             f"sed -i '{address}s/{_shell(_sed_pattern(old))}/{_shell(_sed_replacement(new))}/' {fix.path}",
         ]
         if rollout.max_turns < len(commands):
-            return None
+            return NOT_ONE_LINE
         return [json.dumps(c)[1:-1] + '"}}\n</tool_call>' for c in commands]
     calls = [
         ("search", {"text": f"def {name}"}),
@@ -188,7 +220,7 @@ def gold_turns(task: Task, rollout: RolloutConfig) -> list[str] | None:
         ("submit", {}),
     ]
     if source.count(fix.old.strip()) != 1 or rollout.max_turns < len(calls):
-        return None
+        return NOT_ONE_LINE
     opener = rollout.response_prefix
     turns = []
     for tool, args in calls:
@@ -196,7 +228,7 @@ def gold_turns(task: Task, rollout: RolloutConfig) -> list[str] | None:
         if opener and text.startswith(opener):
             text = text[len(opener) :]
         elif opener:
-            return None  # a prefix the demonstration cannot continue
+            return NOT_ONE_LINE  # a prefix the demonstration cannot continue
         turns.append(text)
     return turns
 
@@ -211,8 +243,8 @@ async def gold_demonstrations(
 ) -> tuple[list[Trajectory], dict[str, int]]:
     """Gold demonstrations of ``tasks`` played through the real loop (``concurrency`` at a time, in the
     order given, until ``limit`` are kept), and counts of what was skipped (no one-line fix / not
-    resolved when played)."""
-    counts = {"no_one_line_fix": 0, "did_not_resolve": 0, "kept": 0, "not_needed": 0}
+    resolved when played, keyed as :func:`gold_plan` says why)."""
+    counts = {NOT_ONE_LINE: 0, NOT_IN_ISSUE: 0, "did_not_resolve": 0, "kept": 0, "not_needed": 0}
     demos: list[Trajectory] = []
     contexts = ContextFactory(rollout.model_copy(update={"temperature": 1.0}), sandbox, chat)
     settings = RolloutSettings(agent=rollout.agent, max_sandboxes=1, grade_concurrency=1)
@@ -224,9 +256,9 @@ async def gold_demonstrations(
 
     playable: list[tuple[Task, list[str]]] = []
     for task in tasks:
-        turns = gold_turns(task, rollout)
-        if turns is None:
-            counts["no_one_line_fix"] += 1
+        turns = gold_plan(task, rollout)
+        if isinstance(turns, str):
+            counts[turns] += 1
         else:
             playable.append((task, turns))
     played = 0
