@@ -119,7 +119,9 @@ async def test_a_stop_string_ends_generation_at_the_token_that_completes_it(
         head, tail = text(full[: n - 1]), text(full[:n])
         return tail[len(head) - 1 : len(head) + 1] if len(tail) > len(head) >= 1 else ""
 
-    k = next(n for n in range(2, len(full)) if len(straddling(n)) == 2 and straddling(n) not in text(full[: n - 1]))
+    k = next(
+        n for n in range(2, len(full)) if len(straddling(n)) == 2 and straddling(n) not in text(full[: n - 1])
+    )
     stop = straddling(k)
     generated = engine.stats()["generated_tokens"]
     c = await eng.generate(chat_prompts[1], params.model_copy(update={"stop": ["never-appears", stop]}))

@@ -153,8 +153,8 @@ async def test_retries_are_answered_from_the_record(chat: ChatFormat, tmp_path: 
         assert r1.json() == r2.json() and r2.headers["x-coderl-replayed"] == "true"
         # Same Idempotency-Key, different body bytes (key order): still the recorded answer.
         key = {**auth(s), "Idempotency-Key": "k1"}
-        r3 = await client.post(url(s, "/chat/completions"), json={"temperature": 0.5, **body}, headers=key)
-        r4 = await client.post(url(s, "/chat/completions"), json={**body, "temperature": 0.5}, headers=key)
+        r3 = await client.post(url(s, "/chat/completions"), json={**body, "top_p": 0.5}, headers=key)
+        r4 = await client.post(url(s, "/chat/completions"), json={"top_p": 0.5, **body}, headers=key)
         assert (
             r3.json()["choices"][0]["message"]["content"]
             == "two"
@@ -162,6 +162,12 @@ async def test_retries_are_answered_from_the_record(chat: ChatFormat, tmp_path: 
         )
         assert len(engine.prompts) == 2
         assert len((await record(client, s["id"]))["calls"]) == 2
+        # The same key with a different request is refused, and its prompt never reaches the engine.
+        other = {**body, "messages": [{"role": "user", "content": "something else"}]}
+        r5 = await client.post(url(s, "/chat/completions"), json=other, headers=key)
+        assert r5.status_code == 409 and "Idempotency-Key 'k1'" in r5.json()["error"]["message"]
+        assert r5.json()["error"]["code"] == "idempotency_key_reused"
+        assert len(engine.prompts) == 2 and len((await record(client, s["id"]))["calls"]) == 2
 
 
 async def test_a_retry_while_the_first_attempt_runs_shares_its_answer(

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import json
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -112,6 +114,14 @@ async def test_bad_input_gets_4xx_in_openai_format(chat: ChatFormat, tmp_path: P
         openai_error(await client.post(path, content=b"[1, 2]", headers=h), 400)
         big = {"messages": [{"role": "user", "content": "x" * 20_000}]}
         openai_error(await client.post(path, json=big, headers=h), 413)
+        raw = json.dumps(big).encode()
+
+        async def chunked() -> AsyncIterator[bytes]:  # no Content-Length: the size shows only as it streams
+            for at in range(0, len(raw), 1000):
+                yield raw[at : at + 1000]
+
+        err = openai_error(await client.post(path, content=chunked(), headers=h), 413)
+        assert "proxy.max_body_mb" in err["message"]
         openai_error(await client.get(f"/s/{s['id']}/v1/nothing-here", headers=h), 404)
         openai_error(
             await client.post(f"/s/{s['id']}/v1/completions", json={"prompt": ["a", "b"]}, headers=h), 400

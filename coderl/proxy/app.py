@@ -50,12 +50,10 @@ def default_db_path() -> Path:
     return Path(user_data_dir("coderl")) / "proxy.sqlite"
 
 
-class _BodyTooLarge(ApiError):
-    pass
-
-
 class BodyLimit:
-    """413 for bodies over ``limit`` bytes: at once from Content-Length, else while the body streams in."""
+    """413 for bodies over ``limit`` bytes: at once from Content-Length, else (a chunked upload, or more
+    bytes than announced) as soon as the bytes read pass the limit. The body is read here, before the
+    app sees it, so the answer is a 413 and never the framework's "error parsing the body"."""
 
     def __init__(self, app: ASGIApp, limit: int) -> None:
         self.app = app
@@ -68,20 +66,33 @@ class BodyLimit:
         message = f"request body is larger than proxy.max_body_mb ({self.limit / 2**20:g} MiB)"
         length = dict(scope["headers"]).get(b"content-length", b"")
         if length.isdigit() and int(length) > self.limit:
-            response = error_response(dialect_of(scope["path"]), 413, message)
-            await response(scope, receive, send)
+            await error_response(dialect_of(scope["path"]), 413, message)(scope, receive, send)
             return
+        parts: list[bytes] = []
         seen = 0
-
-        async def limited() -> Message:
-            nonlocal seen
+        while True:
             msg = await receive()
-            seen += len(msg.get("body", b""))
+            if msg["type"] != "http.request":  # the client left: let the app see it
+                first: Message = msg
+                break
+            parts.append(msg.get("body", b""))
+            seen += len(parts[-1])
             if seen > self.limit:
-                raise _BodyTooLarge(413, message)
-            return msg
+                await error_response(dialect_of(scope["path"]), 413, message)(scope, receive, send)
+                return
+            if not msg.get("more_body", False):
+                first = {"type": "http.request", "body": b"".join(parts), "more_body": False}
+                break
+        replayed = False
 
-        await self.app(scope, limited, send)
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return first
+            return await receive()  # later reads: disconnect notices
+
+        await self.app(scope, replay, send)
 
 
 def create_app(

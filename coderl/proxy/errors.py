@@ -23,6 +23,7 @@ _KINDS: dict[int, tuple[str, str | None, str]] = {
     403: ("permission_error", None, "permission_error"),
     404: ("not_found_error", "not_found", "not_found_error"),
     405: ("invalid_request_error", "method_not_allowed", "invalid_request_error"),
+    409: ("invalid_request_error", "idempotency_key_reused", "invalid_request_error"),
     410: ("invalid_request_error", "session_closed", "not_found_error"),
     413: ("invalid_request_error", "request_too_large", "request_too_large"),
     429: ("rate_limit_error", "rate_limit_exceeded", "rate_limit_error"),

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import hashlib
+import json
 import secrets
 import time
 from dataclasses import dataclass, field
@@ -59,6 +60,24 @@ def request_key(api: str, body: bytes, idempotency_key: str | None) -> str:
     return "body:" + hashlib.sha256(api.encode() + b"\0" + body).hexdigest()
 
 
+def same_request(req: CallRequest, first_body: str) -> None:
+    """A retry under an ``Idempotency-Key`` must repeat the request (the same JSON, key order aside);
+    a different request under a used key is refused (409), never answered with the first one's reply."""
+    if not req.request_key.startswith("idem:") or req.body == first_body:
+        return
+    try:
+        same = json.loads(req.body) == json.loads(first_body)
+    except ValueError:
+        same = False
+    if not same:
+        key = req.request_key.removeprefix("idem:")
+        raise ApiError(
+            409,
+            f"Idempotency-Key {key!r} was already used for a different request in this session; "
+            "send a new key for a new request (a retry must repeat the same body)",
+        )
+
+
 class ProxyService:
     """Sessions and calls over one engine, one chat format and one store."""
 
@@ -70,7 +89,7 @@ class ProxyService:
         self.model = model
         self._sessions: dict[str, SessionRow] = {}
         self._history: dict[str, list[CallRow]] = {}
-        self._in_flight: dict[tuple[str, str], asyncio.Future[CallRow]] = {}
+        self._in_flight: dict[tuple[str, str], tuple[str, asyncio.Future[CallRow]]] = {}
 
     # ------------------------------------------------------------------ sessions
     def create_session(self, metadata: dict[str, Any]) -> tuple[SessionRow, str]:
@@ -163,12 +182,14 @@ class ProxyService:
         key = (session.id, req.request_key)
         pending = self._in_flight.get(key)
         if pending is not None:  # a retry while the first attempt still runs: share its answer
-            return await asyncio.shield(pending), True
+            same_request(req, pending[0])
+            return await asyncio.shield(pending[1]), True
         done = self.store.find_call(session.id, req.request_key)
         if done is not None:
+            same_request(req, done.request_body)
             return done, True
         future: asyncio.Future[CallRow] = asyncio.get_running_loop().create_future()
-        self._in_flight[key] = future
+        self._in_flight[key] = (req.body, future)
         try:
             row = await self._generate(session, req)
         except BaseException as exc:
