@@ -3,6 +3,7 @@ official OpenAI and Anthropic SDKs; the record is checked against an independent
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -185,12 +186,40 @@ def _wait_healthy(base: str, proc: subprocess.Popen[bytes], timeout_s: float = 1
     raise TimeoutError("proxy did not become healthy")
 
 
-def test_sigkill_and_restart_lose_no_completed_call(tmp_path: Path) -> None:
+def readme_proxy_commands() -> list[str]:
+    """The command lines of the README's recording-proxy block (comments and the agent placeholder out)."""
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    section = readme.split("## Recording proxy", 1)[1]
+    block = section.split("```bash\n", 1)[1].split("```", 1)[0]
+    lines = [line for line in block.splitlines() if line.strip() and not line.startswith("#")]
+    assert sum("my-agent" in line for line in lines) == 1, lines  # the one line a user fills in
+    return [line for line in lines if "my-agent" not in line]
+
+
+def run_readme_line(line: str, port: int, db: Path, session: str = "") -> subprocess.CompletedProcess[str]:
+    line = line.replace("8100", str(port)).replace("runs/proxy.sqlite", str(db)).replace("s…", session)
+    env = {**os.environ, "TOKEN": ADMIN}
+    return subprocess.run(["bash", "-c", line], env=env, capture_output=True, text=True, timeout=60, check=True)
+
+
+def test_the_readme_commands_work_and_sigkill_and_restart_lose_no_completed_call(tmp_path: Path) -> None:
     db, port = tmp_path / "proxy.sqlite", free_port()
     base = f"http://127.0.0.1:{port}"
-    proc = _start(db, port)
+    serve_line, create_line, read_line = readme_proxy_commands()
+    assert serve_line.startswith("coderl proxy serve ")
+    line = serve_line.replace("8100", str(port)).replace("runs/proxy.sqlite", str(db))
+    proc = subprocess.Popen(  # the README's own command, as written (port and db moved)
+        ["bash", "-c", f"exec {line} run.log_level=warning engine.max_batch_size=2"],
+        env={**os.environ, "TOKEN": ADMIN},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     try:
         _wait_healthy(base, proc)
+        created = json.loads(run_readme_line(create_line, port, db).stdout)
+        assert set(created) >= {"id", "secret", "openai_base_url", "anthropic_base_url"}
+        read = json.loads(run_readme_line(read_line.split("#")[0], port, db, created["id"]).stdout)
+        assert read["metadata"] == {"task_id": "t1"} and read["calls"] == []
         s = admin(base, "POST", "/sessions")
         h = {"Authorization": f"Bearer {s['secret']}"}
         url = f"{base}/s/{s['id']}/v1/chat/completions"

@@ -36,6 +36,23 @@ def anthropic_error(r: Any, status: int, kind: str) -> None:
     assert body["type"] == "error" and body["error"]["type"] == kind and body["error"]["message"]
 
 
+async def test_new_sessions_take_json_under_any_content_type(chat: ChatFormat, tmp_path: Path) -> None:
+    async with proxy_client(chat, scripted(chat.tokenizer), tmp_path / "p.db") as (client, _):
+        form = {**ADMIN_H, "content-type": "application/x-www-form-urlencoded"}  # what curl -d sends
+        r = await client.post("/sessions", content=b'{"metadata": {"task_id": "t1"}}', headers=form)
+        assert r.status_code == 201, r.text
+        assert (await record(client, r.json()["id"]))["metadata"] == {"task_id": "t1"}
+        assert (await client.post("/sessions", headers=ADMIN_H)).status_code == 201  # no body at all
+        err = openai_error(await client.post("/sessions", content=b"task_id=t1", headers=form), 400)
+        assert "JSON body" in err["message"]
+        err = openai_error(await client.post("/sessions", json={"metadata": [1]}, headers=ADMIN_H), 400)
+        assert err["param"] == "metadata"
+        err = openai_error(await client.post("/sessions", json={"task_id": "t1"}, headers=ADMIN_H), 400)
+        assert "task_id" in err["message"]  # an unknown field, named
+        schema = (await client.get("/openapi.json")).json()
+        assert "NewSession" in str(schema["paths"]["/sessions"]["post"]["requestBody"])
+
+
 async def test_secrets_isolate_sessions(chat: ChatFormat, tmp_path: Path) -> None:
     async with proxy_client(chat, scripted(chat.tokenizer), tmp_path / "p.db") as (client, _):
         assert (await client.post("/sessions")).status_code == 401

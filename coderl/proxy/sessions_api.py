@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from fastapi import APIRouter, Request
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from coderl.proxy.auth import check_admin
+from coderl.proxy.errors import ApiError, validation_message
 from coderl.proxy.service import ProxyService
 
 
@@ -18,16 +20,45 @@ class NewSession(BaseModel):
     """Free-form labels kept with the session (task_id is used as the trajectories' task_id)."""
 
 
+def new_session_body(raw: bytes) -> NewSession:
+    """The body of ``POST /sessions``: none, or JSON whatever the Content-Type says (``curl -d`` sends
+    a form type)."""
+    if not raw.strip():
+        return NewSession()
+    try:
+        data = json.loads(raw)
+    except ValueError as exc:
+        raise ApiError(
+            400,
+            f"POST /sessions takes a JSON body such as {{\"metadata\": {{\"task_id\": \"t1\"}}}} (or none); "
+            f"this one is not JSON: {exc}",
+        ) from None
+    try:
+        return NewSession.model_validate(data)
+    except ValidationError as exc:
+        message, param = validation_message(exc.errors())
+        raise ApiError(400, message, param=param) from None
+
+
+_NEW_SESSION_DOC = {
+    "requestBody": {
+        "required": False,
+        "content": {"application/json": {"schema": NewSession.model_json_schema()}},
+    }
+}
+
+
 def sessions_router(service: ProxyService, admin_token: str) -> APIRouter:
     router = APIRouter(tags=["sessions"])
 
     def base_url(request: Request) -> str:
         return (service.cfg.public_url or str(request.base_url)).rstrip("/")
 
-    @router.post("/sessions", status_code=201)
-    async def create(request: Request, body: NewSession | None = None) -> dict[str, Any]:
+    @router.post("/sessions", status_code=201, openapi_extra=_NEW_SESSION_DOC)
+    async def create(request: Request) -> dict[str, Any]:
         check_admin(request, admin_token)
-        row, secret = service.create_session((body or NewSession()).metadata)
+        body = new_session_body(await request.body())
+        row, secret = service.create_session(body.metadata)
         root = f"{base_url(request)}/s/{row.id}"
         return {
             "id": row.id,
