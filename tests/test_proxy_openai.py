@@ -241,7 +241,37 @@ async def test_stop_strings_cut_the_completion_and_its_ids(chat: ChatFormat, tmp
         call = (await record(client, s["id"]))["calls"][0]
         assert chat.decode(call["completion_ids"]) == content  # the record is what the client saw
         assert len(call["logprobs"]) == len(call["completion_ids"]) == len(chat.encode("alpha beta"))
-        assert engine.calls[0].params.stop == ["END"]  # the engine was told, so it ends there (not at max_tokens)
+        assert engine.calls[0].params.stop == [
+            "END"
+        ]  # the engine was told, so it ends there (not at max_tokens)
+
+
+async def test_a_forced_tool_choice_is_honoured_in_token_space(chat: ChatFormat, tmp_path: Path) -> None:
+    named_rest = '{"cmd": "ls"}}\n</tool_call>'  # what the model writes after the forced opening
+    any_rest = 'bash", "arguments": {"cmd": "pwd"}}\n</tool_call>'
+    engine = scripted(chat.tokenizer, [named_rest, any_rest])
+    tools = [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}]
+    async with proxy_client(chat, engine, tmp_path / "p.db") as (client, _):
+        s = await new_session(client)
+        body = {"messages": [{"role": "user", "content": "x"}], "tools": tools}
+        named = {"type": "function", "function": {"name": "bash"}}
+        r1 = await client.post(
+            url(s, "/chat/completions"), json={**body, "tool_choice": named}, headers=auth(s)
+        )
+        r2 = await client.post(
+            url(s, "/chat/completions"), json={**body, "tool_choice": "required"}, headers=auth(s)
+        )
+        calls = [r.json()["choices"][0]["message"]["tool_calls"] for r in (r1, r2)]
+        assert [c[0]["function"]["name"] for c in calls] == ["bash", "bash"]
+        assert [json.loads(c[0]["function"]["arguments"]) for c in calls] == [{"cmd": "ls"}, {"cmd": "pwd"}]
+        c1, c2 = (await record(client, s["id"]))["calls"]
+        opening = '<tool_call>\n{"name": "bash", "arguments": '
+        assert c1["prompt_ids"][-len(chat.encode(opening)) :] == chat.encode(opening)  # prompt, not sample
+        assert chat.decode(c1["completion_ids"]) == named_rest  # the completion is what the engine sampled
+        assert chat.decode(c2["completion_ids"]) == any_rest
+        assert engine.prompts[1][-len(chat.encode('<tool_call>\n{"name": "')) :] == chat.encode(
+            '<tool_call>\n{"name": "'
+        )
 
 
 async def test_completions_api_reuses_sampled_ids_for_its_own_text(chat: ChatFormat, tmp_path: Path) -> None:

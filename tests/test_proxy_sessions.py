@@ -53,6 +53,45 @@ async def test_new_sessions_take_json_under_any_content_type(chat: ChatFormat, t
         assert "NewSession" in str(schema["paths"]["/sessions"]["post"]["requestBody"])
 
 
+async def test_rough_edges_are_honoured_or_refused_clearly(chat: ChatFormat, tmp_path: Path) -> None:
+    async with proxy_client(chat, scripted(chat.tokenizer), tmp_path / "p.db") as (client, _):
+        s = await new_session(client, task_id="t1")
+        h = {"Authorization": f"Bearer {s['secret']}"}
+        chat_path = f"/s/{s['id']}/v1/chat/completions"
+        as_json = {**h, "content-type": "application/json"}
+        err = openai_error(await client.post(chat_path, content=b'{"messages": [}', headers=as_json), 400)
+        assert err["message"].startswith("the request body is not valid JSON") and err["param"] is None
+        err = openai_error(await client.post(chat_path, content=b'{"messages": [}', headers=h), 400)
+        assert "one JSON object (Content-Type: application/json)" in err["message"]
+        for field, value in [("top_logprobs", 2), ("response_format", {"type": "json_object"})]:
+            err = openai_error(await client.post(chat_path, json={**MSG, field: value}, headers=h), 400)
+            assert err["param"] == field and "not supported" in err["message"]
+        assert (
+            await client.post(chat_path, json={**MSG, "response_format": {"type": "text"}}, headers=h)
+        ).status_code == 200
+        tools = [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}]
+        for choice in ["always", {"type": "function", "function": {"name": "nosuch"}}]:
+            err = openai_error(
+                await client.post(chat_path, json={**MSG, "tools": tools, "tool_choice": choice}, headers=h),
+                400,
+            )
+            assert err["param"] == "tool_choice"
+        err = openai_error(
+            await client.post(chat_path, json={**MSG, "tool_choice": "required"}, headers=h), 400
+        )
+        assert "no tools" in err["message"]
+        err = openai_error(await client.post("/v1/chat/completions", json=MSG, headers=h), 404)
+        assert "/s/<session id>/v1/chat/completions" in err["message"]
+        assert (await client.get(f"/s/{s['id']}/v1/models/test-model", headers=h)).status_code == 200
+        openai_error(await client.get(f"/s/{s['id']}/v1/models/gpt-4o", headers=h), 404)
+        listed = (await client.get("/sessions", headers=ADMIN_H)).json()["sessions"]
+        mine = [x for x in listed if x["id"] == s["id"]]
+        assert len(mine) == 1 and mine[0]["metadata"] == {"task_id": "t1"} and mine[0]["calls"] == 1
+        assert (await client.get("/sessions?status=complete", headers=ADMIN_H)).json() == {"sessions": []}
+        openai_error(await client.get("/sessions", headers=h), 401)  # an agent's secret lists nothing
+        openai_error(await client.get("/sessions?status=odd", headers=ADMIN_H), 400)
+
+
 async def test_secrets_isolate_sessions(chat: ChatFormat, tmp_path: Path) -> None:
     async with proxy_client(chat, scripted(chat.tokenizer), tmp_path / "p.db") as (client, _):
         assert (await client.post("/sessions")).status_code == 401
@@ -65,9 +104,11 @@ async def test_secrets_isolate_sessions(chat: ChatFormat, tmp_path: Path) -> Non
         )
         openai_error(await client.post(path, json=MSG, headers={"x-api-key": ADMIN}), 401)
         assert (await client.post(path, json=MSG, headers={"x-api-key": a["secret"]})).status_code == 200
-        openai_error(
-            await client.post("/s/nosuch/v1/chat/completions", json=MSG, headers={"x-api-key": "x"}), 404
+        unknown = openai_error(
+            await client.post("/s/nosuch/v1/chat/completions", json=MSG, headers={"x-api-key": "x"}), 401
         )
+        wrong = openai_error(await client.post(path, json=MSG, headers={"x-api-key": "x"}), 401)
+        assert unknown == wrong  # an unknown session reads as a wrong secret: ids cannot be probed
         # An agent's secret is not an admin token.
         r = await client.get(f"/sessions/{a['id']}", headers={"Authorization": f"Bearer {a['secret']}"})
         openai_error(r, 401)
@@ -167,7 +208,17 @@ async def test_bad_input_gets_4xx_in_anthropic_format(chat: ChatFormat, tmp_path
         anthropic_error(
             await client.post(path, json=MSG, headers={"x-api-key": "wrong"}), 401, "authentication_error"
         )
-        anthropic_error(await client.post("/s/zzz/v1/messages", json=MSG, headers=h), 404, "not_found_error")
+        anthropic_error(
+            await client.post("/s/zzz/v1/messages", json=MSG, headers=h), 401, "authentication_error"
+        )
+        anthropic_error(await client.post("/v1/messages", json=MSG, headers=h), 404, "not_found_error")
+        tools = [{"name": "bash", "input_schema": {"type": "object"}}]
+        for choice in [{"type": "tool", "name": "nosuch"}, {"type": "sometimes"}]:
+            anthropic_error(
+                await client.post(path, json={**MSG, "tools": tools, "tool_choice": choice}, headers=h),
+                400,
+                "invalid_request_error",
+            )
         big = {"messages": [{"role": "user", "content": "x" * 20_000}]}
         anthropic_error(await client.post(path, json=big, headers=h), 413, "request_too_large")
 

@@ -24,6 +24,7 @@ from coderl.proxy.render import Message, message_text
 from coderl.proxy.service import CallRequest, ProxyService, request_key
 from coderl.proxy.sse import sse, sse_response, text_pieces
 from coderl.proxy.store import CallRow
+from coderl.proxy.tool_choice import anthropic_tool_choice
 
 
 class Lenient(BaseModel):
@@ -225,6 +226,7 @@ def anthropic_router(service: ProxyService) -> APIRouter:
     ) -> Response:
         session = service.agent_session(request, session_id)
         msgs, tools = convert(body)
+        choice = anthropic_tool_choice(body.tool_choice, tools)
         raw = await request.body()
         params = SamplingParams(
             max_tokens=body.max_tokens or cfg.default_max_tokens,
@@ -240,7 +242,8 @@ def anthropic_router(service: ProxyService) -> APIRouter:
             request_key=request_key("messages", raw, idempotency_key),
             messages=msgs,
             tools=tools,
-            parse_tools=bool(tools) and (body.tool_choice or {}).get("type") != "none",
+            parse_tools=bool(tools) and choice.mode != "none",
+            reply_prefix=choice.prefix(),
             stop=[s for s in body.stop_sequences or [] if s],
             id_prefix="toolu",
         )

@@ -174,9 +174,14 @@ def _error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        return error_response(
-            dialect_of(request.url.path), exc.status_code, str(exc.detail), headers=dict(exc.headers or {})
-        )
+        path = request.url.path
+        message = str(exc.detail)
+        if exc.status_code == 404 and (path == "/v1" or path.startswith("/v1/")):
+            message = (
+                f"no route {path}: agents call the proxy through a session's own base URL, "
+                f"/s/<session id>{path} (openai_base_url / anthropic_base_url from POST /sessions)"
+            )
+        return error_response(dialect_of(path), exc.status_code, message, headers=dict(exc.headers or {}))
 
     @app.exception_handler(Exception)
     async def _internal(request: Request, exc: Exception) -> JSONResponse:

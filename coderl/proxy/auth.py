@@ -41,12 +41,15 @@ def presented_secret(request: HTTPConnection) -> str:
     return request.headers.get("x-api-key", "").strip()
 
 
-def check_secret(request: Request, secret_hash: str) -> None:
+WRONG_SECRET = "missing or wrong session secret (Authorization: Bearer <secret> or x-api-key: <secret>)"
+
+
+def secret_ok(request: Request, secret_hash: str | None) -> bool:
+    """Whether the request carries the secret whose hash is ``secret_hash`` (None, an unknown session:
+    never, after the same work, so the answer does not tell an unknown id from a wrong secret)."""
     given = presented_secret(request)
-    if not given or not hmac.compare_digest(hash_secret(given), secret_hash):
-        raise ApiError(
-            401, "missing or wrong session secret (Authorization: Bearer <secret> or x-api-key: <secret>)"
-        )
+    expected = secret_hash if secret_hash is not None else hash_secret(new_secret())
+    return bool(given) and hmac.compare_digest(hash_secret(given), expected) and secret_hash is not None
 
 
 def check_admin(request: Request, admin_token: str) -> None:

@@ -31,7 +31,7 @@ _KINDS: dict[int, tuple[str, str | None, str]] = {
     503: ("server_error", "engine_unavailable", "overloaded_error"),
 }
 
-_ANTHROPIC_PATH = re.compile(r"^/s/[^/]+/v1/messages(/|$)")
+_ANTHROPIC_PATH = re.compile(r"^(/s/[^/]+)?/v1/messages(/|$)")
 
 
 class ApiError(ProxyError):
@@ -71,6 +71,14 @@ def error_response(
 
 def validation_message(errors: list[Any]) -> tuple[str, str | None]:
     """A readable message (and the first offending parameter) from pydantic / FastAPI errors."""
+    for err in errors:
+        if err.get("type") == "json_invalid":  # no field to name: the body did not parse at all
+            loc = err.get("loc", ())
+            where = f" at character {loc[-1]}" if loc and isinstance(loc[-1], int) else ""
+            reason = (err.get("ctx") or {}).get("error", "JSON decode error")
+            return f"the request body is not valid JSON ({reason}{where}); send one JSON object", None
+        if tuple(err.get("loc", ())) == ("body",) and err.get("type") in ("model_attributes_type", "dict_type"):
+            return "the request body must be one JSON object (Content-Type: application/json)", None
     parts, param = [], None
     for err in errors[:5]:
         loc = [str(x) for x in err.get("loc", ()) if x not in ("body", "path", "query", "header")]

@@ -1,9 +1,11 @@
 """OpenAI dialect: Chat Completions, Completions and Models under ``/s/{session_id}/v1``.
 
 Supported: messages (text content, tool calls, tool results), tools, tool_choice ("none" turns tool
-parsing off), stop, max_tokens / max_completion_tokens, temperature, top_p, seed, n=1, logprobs (the
-sampled token's; top_logprobs come back empty), stream with stream_options.include_usage. Unknown
-fields are accepted and ignored, as agents send many (user, metadata, parallel_tool_calls...).
+parsing off; "required" and a named function force a tool call, :mod:`coderl.proxy.tool_choice`),
+stop, max_tokens / max_completion_tokens, temperature, top_p, seed, n=1, logprobs (the sampled
+token's; ``top_logprobs`` above 0 and a ``response_format`` other than text are refused with a 400, as
+the proxy cannot honour them), stream with stream_options.include_usage. Other unknown fields are
+accepted and ignored, as agents send many (user, metadata, parallel_tool_calls...).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from coderl.proxy.errors import ApiError
 from coderl.proxy.service import CallRequest, ProxyService, request_key
 from coderl.proxy.sse import sse, sse_response, text_pieces
 from coderl.proxy.store import CallRow
+from coderl.proxy.tool_choice import openai_tool_choice
 
 SEED_MOD = 2**63
 
@@ -82,6 +85,7 @@ class ChatRequest(Sampling):
     max_completion_tokens: int | None = Field(None, ge=1)
     logprobs: bool | None = None
     top_logprobs: int | None = Field(None, ge=0, le=20)
+    response_format: dict[str, Any] | None = None
 
 
 class CompletionRequest(Sampling):
@@ -263,6 +267,8 @@ def openai_router(service: ProxyService) -> APIRouter:
     @router.get("/models/{model_id:path}")
     async def model(session_id: str, model_id: str, request: Request) -> dict[str, Any]:
         service.agent_session(request, session_id)
+        if model_id != service.model:
+            raise ApiError(404, f"no model {model_id!r}; this proxy serves {service.model!r}", param="model")
         return {"id": model_id, "object": "model", "created": 0, "owned_by": "coderl"}
 
     @router.post("/chat/completions", response_model=None)
@@ -275,6 +281,22 @@ def openai_router(service: ProxyService) -> APIRouter:
         session = service.agent_session(request, session_id)
         messages = [m.model_dump(exclude_none=True, exclude_unset=False) for m in body.messages]
         tools = [t.model_dump(exclude_none=True) for t in body.tools] if body.tools else None
+        choice = openai_tool_choice(body.tool_choice, tools)
+        if body.top_logprobs:
+            raise ApiError(
+                400,
+                f"top_logprobs={body.top_logprobs} is not supported: the record keeps the sampled token's "
+                "logprob only (logprobs=true); leave top_logprobs out or 0",
+                param="top_logprobs",
+            )
+        response_format = body.response_format or {"type": "text"}
+        if response_format.get("type") != "text":
+            raise ApiError(
+                400,
+                f"response_format {response_format!r} is not supported: the proxy records free sampling "
+                "and does not constrain it; leave response_format out or use {'type': 'text'}",
+                param="response_format",
+            )
         raw = await request.body()
         req = CallRequest(
             api="chat",
@@ -285,7 +307,8 @@ def openai_router(service: ProxyService) -> APIRouter:
             request_key=request_key("chat", raw, idempotency_key),
             messages=messages,
             tools=tools,
-            parse_tools=bool(tools) and body.tool_choice != "none",
+            parse_tools=bool(tools) and choice.mode != "none",
+            reply_prefix=choice.prefix(),
             stop=stop_list(body.stop),
         )
         row, replayed = await service.call(session, req)

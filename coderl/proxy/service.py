@@ -26,7 +26,7 @@ from coderl.engine.base import Engine
 from coderl.engine.params import SamplingParams
 from coderl.engine.stops import cut_at_stop
 from coderl.errors import ChatError, EngineError, EngineOverloadedError, EngineUnavailableError
-from coderl.proxy.auth import check_secret, hash_secret, new_secret, new_session_id
+from coderl.proxy.auth import WRONG_SECRET, hash_secret, new_secret, new_session_id, secret_ok
 from coderl.proxy.config import ProxyConfig
 from coderl.proxy.errors import ApiError
 from coderl.proxy.merge import CallTokens, merge_calls
@@ -50,6 +50,9 @@ class CallRequest:
     """Completions API: prompt text or ids (instead of messages)."""
     tools: list[dict[str, Any]] | None = None
     parse_tools: bool = False
+    reply_prefix: str = ""
+    """Forced start of the reply (a forced tool call, :mod:`coderl.proxy.tool_choice`): appended to the
+    prompt, so the record keeps it as prompt ids and the completion is only what was sampled."""
     stop: list[str] = field(default_factory=list)
     id_prefix: str = "call"
 
@@ -109,15 +112,34 @@ class ProxyService:
         return row
 
     def agent_session(self, request: Request, session_id: str) -> SessionRow:
-        """The session an agent request may use: known (404), right secret (401), still open."""
-        row = self.session(session_id)
-        check_secret(request, row.secret_hash)
+        """The session an agent request may use: known and the right secret (401 alike, so ids cannot
+        be probed), still open."""
+        try:
+            row: SessionRow | None = self.session(session_id)
+        except ApiError:
+            row = None
+        if row is None or not secret_ok(request, row.secret_hash):
+            raise ApiError(401, WRONG_SECRET)
         if row.status == "expired":
             raise ApiError(404, f"session {session_id!r} expired after {self.cfg.session_ttl_s:g} s idle")
         if row.status != "active":
             raise ApiError(410, f"session {session_id!r} is {row.status}; it takes no more calls")
         row.last_active = time.time()
         return row
+
+    def list_sessions(self, status: str | None, limit: int) -> list[dict[str, Any]]:
+        """GET /sessions: the newest sessions, without their calls."""
+        return [
+            {
+                "id": row.id,
+                "status": row.status,
+                "created_at": row.created_at,
+                "last_active": max(row.last_active, getattr(self._sessions.get(row.id), "last_active", 0.0)),
+                "metadata": row.metadata,
+                "calls": calls,
+            }
+            for row, calls in self.store.list_sessions(status, limit)
+        ]
 
     def complete(self, session_id: str) -> SessionRow:
         row = self.session(session_id)
@@ -247,6 +269,8 @@ class ProxyService:
             prompt_ids, canon, tkey, base = self._prompt(session.id, req)
         except ChatError as exc:
             raise ApiError(400, str(exc), param="messages") from None
+        if req.reply_prefix:
+            prompt_ids = prompt_ids + self.chat.encode(req.reply_prefix)
         t_render = time.perf_counter()
         try:
             params = req.params.model_copy(update={"stop": req.stop}) if req.stop else req.params
@@ -289,6 +313,7 @@ class ProxyService:
         ids, logprobs = ids[:keep], logprobs[:keep]
         finish = "stop" if stop_hit else c.finish_reason
         uid = secrets.token_hex(8)
+        text = req.reply_prefix + text
         content, tool_calls = text, []
         if req.parse_tools:
             parsed = parse_completion(text, self.chat.tool_format, id_prefix=f"{req.id_prefix}_{uid}")

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Literal
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from coderl.proxy.auth import check_admin
@@ -67,6 +67,16 @@ def sessions_router(service: ProxyService, admin_token: str) -> APIRouter:
             "anthropic_base_url": root,
             "ttl_s": service.cfg.session_ttl_s,
         }
+
+    @router.get("/sessions")
+    async def listing(
+        request: Request,
+        status: Literal["active", "complete", "expired"] | None = None,
+        limit: int = Query(100, ge=1, le=10_000),
+    ) -> dict[str, Any]:
+        """The newest sessions (optionally of one status), each with its number of calls."""
+        check_admin(request, admin_token)
+        return {"sessions": service.list_sessions(status, limit)}
 
     @router.get("/sessions/{session_id}")
     async def read(session_id: str, request: Request) -> dict[str, Any]:

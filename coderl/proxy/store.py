@@ -186,6 +186,17 @@ class Store:
             return None
         return SessionRow(r[0], r[1], r[2], r[3], r[4], json.loads(r[5]))
 
+    def list_sessions(self, status: str | None = None, limit: int = 100) -> list[tuple[SessionRow, int]]:
+        """The newest sessions first (with ``status`` only, if given), each with its number of calls."""
+        query = (
+            "SELECT s.*, (SELECT COUNT(*) FROM calls c WHERE c.session_id = s.id) FROM sessions s"
+            + (" WHERE s.status = ?" if status else "")
+            + " ORDER BY s.created_at DESC LIMIT ?"
+        )
+        with self._lock:
+            rows = self.conn.execute(query, (*([status] if status else []), limit)).fetchall()
+        return [(SessionRow(r[0], r[1], r[2], r[3], r[4], json.loads(r[5])), int(r[6])) for r in rows]
+
     def set_status(self, session_id: str, status: str) -> None:
         with self._lock:
             self.conn.execute("UPDATE sessions SET status = ? WHERE id = ?", (status, session_id))
