@@ -56,6 +56,20 @@ def test_split_reasons_against_a_one_call_trajectory(second_prompt: list[int], r
         assert merged.trajectories[1].response_mask == [1]
 
 
+def test_a_dropped_reply_is_named_as_such() -> None:
+    opening = [90, 91]  # the template's opening of an assistant turn
+    first = call(1, [1, 2, 3, *opening], [10, 11])  # a malformed reply, say
+    dropped = call(2, [1, 2, 3, 40, 41, *opening], [12])  # the agent left it out and told the model why
+    assert merge_calls([first, dropped], generation_prompt=opening).splits == [
+        {"call_id": 2, "reason": "reply_dropped"}
+    ]
+    assert merge_calls([first, dropped]).splits == [
+        {"call_id": 2, "reason": "new_context"}
+    ]  # opening unknown
+    other = call(2, [1, 7, 40, *opening], [12])  # leaves the conversation before the opening
+    assert merge_calls([first, other], generation_prompt=opening).splits[0]["reason"] == "new_context"
+
+
 def test_compaction_and_history_rewrite() -> None:
     first = [call(1, [1, 2], [3]), call(2, [1, 2, 3, 4, 5, 6], [7])]  # context [1..7]
     compacted = merge_calls([*first, call(3, [1, 2, 3, 9], [8])])

@@ -274,6 +274,19 @@ async def test_a_forced_tool_choice_is_honoured_in_token_space(chat: ChatFormat,
         )
 
 
+async def test_an_agent_that_drops_a_malformed_reply_gets_the_split_named(
+    chat: ChatFormat, tmp_path: Path
+) -> None:
+    engine = scripted(chat.tokenizer, ['<tool_call>\n{"name": "bash", "argu', "fixed"])
+    async with proxy_client(chat, engine, tmp_path / "p.db") as (client, _):
+        s = await new_session(client)
+        first = [{"role": "user", "content": "list the files"}]
+        await client.post(url(s, "/chat/completions"), json={"messages": first}, headers=auth(s))
+        retry = [*first, {"role": "user", "content": "Your last reply was not a valid tool call."}]
+        await client.post(url(s, "/chat/completions"), json={"messages": retry}, headers=auth(s))
+        assert (await record(client, s["id"]))["stats"]["split_reasons"] == {"reply_dropped": 1}
+
+
 async def test_completions_api_reuses_sampled_ids_for_its_own_text(chat: ChatFormat, tmp_path: Path) -> None:
     engine = scripted(chat.tokenizer, ["world", "again"])
     async with proxy_client(chat, engine, tmp_path / "p.db") as (client, _):

@@ -158,6 +158,13 @@ class ChatFormat:
         """A completion's content and tool calls (malformed calls land in ``errors``)."""
         return parse_completion(self.decode(completion_ids), self.tool_format, id_prefix=id_prefix)
 
+    def generation_prompt(self) -> list[int]:
+        """The ids the template appends to open the assistant's turn (``<|im_start|>assistant\n``);
+        empty when the template writes none."""
+        bare = self.render_text(_BASE, add_generation_prompt=False)
+        opened = self.render_text(_BASE, add_generation_prompt=True)
+        return self.encode(opened[len(bare) :]) if opened.startswith(bare) and opened != bare else []
+
     def _assistant_trailer(self) -> list[int]:
         text = self.render_text(_BASE, add_generation_prompt=False)
         at = text.rfind(_MARK)

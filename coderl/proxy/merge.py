@@ -7,6 +7,9 @@ completion with mask 1 and the engine's logprobs. A call that extends no traject
 and the split is counted with a reason, judged against the trajectory extended last:
 
 - ``reply_rewritten``: the previous prompt is intact but the model's reply is not (the agent edited it);
+- ``reply_dropped``: the previous prompt is intact up to its generation prompt (the opening of the
+  assistant's turn) and goes on with other messages: the agent dropped the reply (a malformed one,
+  typically) and carried on without it;
 - ``new_context``: the prompt leaves the trajectory's first prompt (another system prompt or task: a
   sub-agent, a new conversation);
 - ``compaction``: the prompt leaves the history and is shorter than it (summarised / truncated);
@@ -70,12 +73,20 @@ def _context(traj: Trajectory) -> list[int]:
     return traj.prompt_ids + traj.response_ids
 
 
-def split_reason(prompt: list[int], traj: Trajectory, last_prompt: list[int]) -> str:
-    """Why ``prompt`` does not extend ``traj`` (whose latest call had prompt ``last_prompt``)."""
+def split_reason(
+    prompt: list[int], traj: Trajectory, last_prompt: list[int], generation_prompt: list[int] | None = None
+) -> str:
+    """Why ``prompt`` does not extend ``traj`` (whose latest call had prompt ``last_prompt``);
+    ``generation_prompt``: the chat template's opening of an assistant turn, if known."""
     context = _context(traj)
     shared = common_prefix_len(prompt, context)
     if shared >= len(last_prompt):
         return "reply_rewritten"
+    opening = len(generation_prompt or [])
+    if opening and last_prompt[-opening:] == generation_prompt:
+        conversation = len(last_prompt) - opening
+        if len(prompt) > conversation and prompt[:conversation] == last_prompt[:conversation]:
+            return "reply_dropped"
     if shared < len(traj.prompt_ids):
         return "new_context"
     if len(prompt) < len(context):
@@ -83,8 +94,14 @@ def split_reason(prompt: list[int], traj: Trajectory, last_prompt: list[int]) ->
     return "history_rewritten"
 
 
-def merge_calls(calls: list[CallTokens], session_id: str = "", task_id: str = "") -> MergeResult:
-    """Merge calls (in the order they were recorded) into trajectories; see the module docstring."""
+def merge_calls(
+    calls: list[CallTokens],
+    session_id: str = "",
+    task_id: str = "",
+    generation_prompt: list[int] | None = None,
+) -> MergeResult:
+    """Merge calls (in the order they were recorded) into trajectories; see the module docstring.
+    ``generation_prompt`` (the chat's, :meth:`ChatFormat.generation_prompt`) tells a dropped reply."""
     trajs: list[Trajectory] = []
     members: list[list[int]] = []
     last_prompts: list[list[int]] = []
@@ -115,7 +132,7 @@ def merge_calls(calls: list[CallTokens], session_id: str = "", task_id: str = ""
             latest = best
             continue
         if latest >= 0:
-            reason = split_reason(call.prompt_ids, trajs[latest], last_prompts[latest])
+            reason = split_reason(call.prompt_ids, trajs[latest], last_prompts[latest], generation_prompt)
             splits.append({"call_id": call.call_id, "reason": reason})
         trajs.append(
             Trajectory(

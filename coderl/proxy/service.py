@@ -93,6 +93,7 @@ class ProxyService:
         self._sessions: dict[str, SessionRow] = {}
         self._history: dict[str, list[CallRow]] = {}
         self._in_flight: dict[tuple[str, str], tuple[str, asyncio.Future[CallRow]]] = {}
+        self._generation_prompt = chat.generation_prompt()
 
     # ------------------------------------------------------------------ sessions
     def create_session(self, metadata: dict[str, Any]) -> tuple[SessionRow, str]:
@@ -181,6 +182,7 @@ class ProxyService:
             [CallTokens(c.id, c.prompt_ids, c.completion_ids, c.logprobs, c.policy_version) for c in calls],
             session_id=session_id,
             task_id=str(row.metadata.get("task_id", "")),
+            generation_prompt=self._generation_prompt,
         )
         trajectories = [
             {**{k: v for k, v in dataclasses.asdict(t).items() if k != "parts"}, "call_ids": ids}
