@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -246,3 +247,27 @@ async def test_engine_failures_keep_their_status(
         r = await client.post(f"/s/{s['id']}/v1/messages", json=MSG, headers={"x-api-key": s["secret"]})
         assert r.status_code == 200  # the next attempt is served; the failed one left no record
         assert len((await record(client, s["id"]))["calls"]) == 1
+
+
+def test_a_client_that_disconnects_cancels_its_generation(chat: ChatFormat, tmp_path: Path) -> None:
+    import httpx
+
+    from coderl.proxy.app import create_app
+    from coderl.proxy.config import ProxyConfig
+    from tests.servers import serve
+
+    engine = scripted(chat.tokenizer, ["late answer", "second"], latency_s=3.0)
+    app = create_app(ProxyConfig(db=tmp_path / "p.db", admin_token=ADMIN), engine, chat, model_name="m")
+    with serve(app) as base:
+        s = httpx.post(f"{base}/sessions", headers=ADMIN_H, timeout=30).json()
+        path, h = f"{base}/s/{s['id']}/v1/chat/completions", {"Authorization": f"Bearer {s['secret']}"}
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(path, json=MSG, headers=h, timeout=0.5)  # the client gives up and hangs up
+        deadline = time.monotonic() + 2.0  # well before the engine's 3 s latency would have ended
+        while engine.running and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert engine.running == 0  # its generation was cancelled, not left to run
+        rec = httpx.get(f"{base}/sessions/{s['id']}", headers=ADMIN_H, timeout=30).json()
+        assert rec["calls"] == []  # nobody received an answer: nothing recorded
+        retry = httpx.post(path, json=MSG, headers=h, timeout=30)  # a retry starts afresh
+        assert retry.status_code == 200 and retry.headers["x-coderl-replayed"] == "false"

@@ -247,7 +247,7 @@ def anthropic_router(service: ProxyService) -> APIRouter:
             stop=[s for s in body.stop_sequences or [] if s],
             id_prefix="toolu",
         )
-        row, replayed = await service.call(session, req)
+        row, replayed = await service.answer(request, session, req)
         headers = call_headers(row, replayed)
         if body.stream:
             return sse_response(message_events(row), headers)

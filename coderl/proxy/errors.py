@@ -27,6 +27,7 @@ _KINDS: dict[int, tuple[str, str | None, str]] = {
     410: ("invalid_request_error", "session_closed", "not_found_error"),
     413: ("invalid_request_error", "request_too_large", "request_too_large"),
     429: ("rate_limit_error", "rate_limit_exceeded", "rate_limit_error"),
+    499: ("invalid_request_error", "client_closed_request", "invalid_request_error"),
     500: ("server_error", None, "api_error"),
     503: ("server_error", "engine_unavailable", "overloaded_error"),
 }

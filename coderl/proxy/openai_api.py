@@ -311,7 +311,7 @@ def openai_router(service: ProxyService) -> APIRouter:
             reply_prefix=choice.prefix(),
             stop=stop_list(body.stop),
         )
-        row, replayed = await service.call(session, req)
+        row, replayed = await service.answer(request, session, req)
         headers = call_headers(row, replayed)
         if body.stream:
             include_usage = bool(body.stream_options and body.stream_options.include_usage)
@@ -344,7 +344,7 @@ def openai_router(service: ProxyService) -> APIRouter:
             prompt=prompt,
             stop=stop_list(body.stop),
         )
-        row, replayed = await service.call(session, req)
+        row, replayed = await service.answer(request, session, req)
         headers = call_headers(row, replayed)
         logprobs = body.logprobs is not None
         if body.stream:

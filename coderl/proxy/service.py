@@ -81,6 +81,12 @@ def same_request(req: CallRequest, first_body: str) -> None:
         )
 
 
+async def _disconnect(request: Request) -> None:
+    """Returns when the client has gone (the server's receive channel says http.disconnect)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
 class ProxyService:
     """Sessions and calls over one engine, one chat format and one store."""
 
@@ -207,7 +213,12 @@ class ProxyService:
         pending = self._in_flight.get(key)
         if pending is not None:  # a retry while the first attempt still runs: share its answer
             same_request(req, pending[0])
-            return await asyncio.shield(pending[1]), True
+            try:
+                return await asyncio.shield(pending[1]), True
+            except asyncio.CancelledError:
+                if not pending[1].cancelled():
+                    raise  # this retry itself was cancelled
+                return await self.call(session, req)  # the first attempt's client left: start anew
         done = self.store.find_call(session.id, req.request_key)
         if done is not None:
             same_request(req, done.request_body)
@@ -216,6 +227,9 @@ class ProxyService:
         self._in_flight[key] = (req.body, future)
         try:
             row = await self._generate(session, req)
+        except asyncio.CancelledError:
+            future.cancel()  # a retry waiting on it starts its own attempt
+            raise
         except BaseException as exc:
             future.set_exception(exc)
             future.exception()  # retrieved: no "never retrieved" warning when no retry waits on it
@@ -224,6 +238,24 @@ class ProxyService:
             self._in_flight.pop(key, None)
         future.set_result(row)
         return row, False
+
+    async def answer(self, request: Request, session: SessionRow, req: CallRequest) -> tuple[CallRow, bool]:
+        """:meth:`call` for an HTTP request, abandoned if the client disconnects first: the generation
+        is cancelled (the engine stops sampling it) and nothing is recorded, since nobody got an answer."""
+        work = asyncio.ensure_future(self.call(session, req))
+        gone = asyncio.ensure_future(_disconnect(request))
+        try:
+            await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            work.cancel()
+            raise
+        finally:
+            gone.cancel()
+        if not work.done():
+            work.cancel()
+            await asyncio.gather(work, return_exceptions=True)
+            raise ApiError(499, "the client disconnected before the answer; its generation was cancelled")
+        return work.result()
 
     def _history_of(self, session_id: str) -> list[CallRow]:
         if session_id not in self._history:
