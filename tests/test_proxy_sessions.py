@@ -91,6 +91,12 @@ async def test_rough_edges_are_honoured_or_refused_clearly(chat: ChatFormat, tmp
         assert (await client.get("/sessions?status=complete", headers=ADMIN_H)).json() == {"sessions": []}
         openai_error(await client.get("/sessions", headers=h), 401)  # an agent's secret lists nothing
         openai_error(await client.get("/sessions?status=odd", headers=ADMIN_H), 400)
+        spec = (await client.get("/openapi.json")).json()
+        assert set(spec["components"]["securitySchemes"]) == {"adminToken", "sessionSecret", "sessionApiKey"}
+        chat_op = spec["paths"]["/s/{session_id}/v1/chat/completions"]["post"]
+        assert {"sessionSecret": []} in chat_op["security"] and "422" not in chat_op["responses"]
+        assert {"400", "401", "409", "413"} <= set(chat_op["responses"])
+        assert spec["paths"]["/sessions"]["get"]["security"] == [{"adminToken": []}]
 
 
 async def test_secrets_isolate_sessions(chat: ChatFormat, tmp_path: Path) -> None:

@@ -35,6 +35,7 @@ from coderl.proxy.auth import new_admin_token
 from coderl.proxy.config import ProxyConfig
 from coderl.proxy.errors import ApiError, dialect_of, error_response, validation_message
 from coderl.proxy.openai_api import openai_router
+from coderl.proxy.openapi import document
 from coderl.proxy.relay import RelayEngine
 from coderl.proxy.relay_api import relay_router
 from coderl.proxy.service import ProxyService
@@ -146,6 +147,7 @@ def create_app(
         return info
 
     app.add_middleware(BodyLimit, limit=int(cfg.max_body_mb * 2**20))
+    document(app)
     return app
 
 
