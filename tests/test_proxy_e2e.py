@@ -165,6 +165,45 @@ def test_sdks_against_the_real_engine(tokenizer: Any, hf_model: Any, tmp_path: P
         assert tokenizer.decode(a_call["completion_ids"], skip_special_tokens=True) == written
         assert spent_an == len(a_call["completion_ids"]) + 1 < 100, spent_an
 
+        # Streams stream: the first content arrives while the engine is still sampling the reply.
+        s3 = admin(base, "POST", "/sessions")
+        oa3 = openai.OpenAI(base_url=s3["openai_base_url"], api_key=s3["secret"], max_retries=0)
+        an3 = anthropic.Anthropic(base_url=s3["anthropic_base_url"], api_key=s3["secret"], max_retries=0)
+        before = engine.stats()["generated_tokens"]
+        at_first: int | None = None
+        pieces = []
+        for chunk in oa3.chat.completions.create(
+            model="smol",
+            messages=[{"role": "user", "content": "Tell me a long story about a dragon."}],
+            max_tokens=48,
+            temperature=0,
+            stream=True,
+        ):
+            text = chunk.choices[0].delta.content if chunk.choices else None
+            if text and at_first is None:
+                at_first = engine.stats()["generated_tokens"] - before
+            pieces.append(text or "")
+        streamed_call = admin(base, "GET", f"/sessions/{s3['id']}")["calls"][0]
+        assert at_first is not None and at_first < len(streamed_call["completion_ids"]) == 48
+        assert "".join(pieces) == tokenizer.decode(streamed_call["completion_ids"], skip_special_tokens=True)
+        before = engine.stats()["generated_tokens"]
+        at_first = None
+        with an3.messages.stream(
+            model="smol",
+            max_tokens=48,
+            messages=[{"role": "user", "content": "Describe the sea at night in detail."}],
+            extra_body={"temperature": 0},
+        ) as events:
+            for piece in events.text_stream:
+                if piece and at_first is None:
+                    at_first = engine.stats()["generated_tokens"] - before
+            final = events.get_final_message()
+        assert at_first is not None and at_first < final.usage.output_tokens
+        anthropic_call = admin(base, "GET", f"/sessions/{s3['id']}")["calls"][1]
+        assert final.content[0].text == tokenizer.decode(  # type: ignore[union-attr]
+            anthropic_call["completion_ids"], skip_special_tokens=True
+        )
+
 
 def _start(db: Path, port: int) -> subprocess.Popen[bytes]:
     cmd = [sys.executable, "-m", "coderl", "proxy", "serve", f"proxy.db={db}", f"proxy.port={port}"]

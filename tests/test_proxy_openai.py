@@ -287,6 +287,41 @@ async def test_an_agent_that_drops_a_malformed_reply_gets_the_split_named(
         assert (await record(client, s["id"]))["stats"]["split_reasons"] == {"reply_dropped": 1}
 
 
+STREAM_CASES = [
+    ("Once upon a time there was a dragon.", {"stop": [" th"]}),  # the stop begins inside a token
+    ('Sure, let me look.\n<tool_call>\n{"name": "bash", "arguments": {"cmd": "ls"}}\n</tool_call>', {}),
+    ('  I will call it.\n<tool_call>\n{"name": "bash", "argu', {}),  # malformed: plain content
+    ("Use {braces} and <tags> freely.  ", {}),
+]
+
+
+@pytest.mark.parametrize(("reply", "extra"), STREAM_CASES)
+async def test_streamed_content_is_exactly_the_content_of_the_answer(
+    chat: ChatFormat, tmp_path: Path, reply: str, extra: dict[str, Any]
+) -> None:
+    engine = scripted(chat.tokenizer, [reply, reply])
+    tools = [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}]
+    async with proxy_client(chat, engine, tmp_path / "p.db") as (client, _):
+        s = await new_session(client)
+        body = {"messages": [{"role": "user", "content": "x"}], "tools": tools, **extra}
+        plain = (await client.post(url(s, "/chat/completions"), json=body, headers=auth(s))).json()
+        body["messages"] = [{"role": "user", "content": "y"}]  # another request, the same reply
+        stream = await client.post(
+            url(s, "/chat/completions"), json={**body, "stream": True}, headers=auth(s)
+        )
+        chunks = [json.loads(line[6:]) for line in stream.text.splitlines() if line.startswith("data: {")]
+        deltas = [c["choices"][0]["delta"] for c in chunks if c["choices"]]
+        live = [d["content"] for d in deltas if d.get("content")]
+        assert "".join(live) == (plain["choices"][0]["message"]["content"] or "")
+        streamed_calls = [
+            tc["function"]["name"] for d in deltas for tc in d.get("tool_calls", []) if "id" in tc
+        ]
+        assert streamed_calls == [
+            tc["function"]["name"] for tc in plain["choices"][0]["message"].get("tool_calls", [])
+        ]
+        assert len(live) > 1 or len("".join(live)) < 12  # it came in pieces, as sampled
+
+
 async def test_completions_api_reuses_sampled_ids_for_its_own_text(chat: ChatFormat, tmp_path: Path) -> None:
     engine = scripted(chat.tokenizer, ["world", "again"])
     async with proxy_client(chat, engine, tmp_path / "p.db") as (client, _):

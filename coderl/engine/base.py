@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -14,6 +14,9 @@ from coderl.types import Completion
 
 if TYPE_CHECKING:
     import torch
+
+TokenSink = Callable[[list[int]], None]
+"""Receives a completion's token ids as they are sampled (in order; together, ``token_ids``)."""
 
 
 class Engine(abc.ABC):
@@ -43,6 +46,16 @@ class Engine(abc.ABC):
         prompt that extends this one pays prefill only for its new tokens. Cancelling the awaiting task
         aborts this request without disturbing others.
         """
+
+    async def generate_streaming(
+        self, prompt_ids: list[int], params: SamplingParams, on_tokens: TokenSink, session_id: str | None = None
+    ) -> Completion:
+        """:meth:`generate`, handing the token ids to ``on_tokens`` as they are sampled, before it
+        returns. An engine that cannot stream hands them over at once when the completion is done."""
+        completion = await self.generate(prompt_ids, params, session_id=session_id)
+        if completion.token_ids:
+            on_tokens(list(completion.token_ids))
+        return completion
 
     @abc.abstractmethod
     async def update_weights(self, weights: Mapping[str, torch.Tensor] | str | Path) -> int:
@@ -124,6 +137,11 @@ class EngineView(Engine):
 class BorrowedEngine(EngineView):
     """An engine lent to a component that would start and stop it (a server app's lifespan, a relay
     worker): its owner keeps the lifecycle, so start and stop do nothing here."""
+
+    async def generate_streaming(
+        self, prompt_ids: list[int], params: SamplingParams, on_tokens: TokenSink, session_id: str | None = None
+    ) -> Completion:
+        return await self.inner.generate_streaming(prompt_ids, params, on_tokens, session_id=session_id)
 
     async def start(self) -> None:
         return None

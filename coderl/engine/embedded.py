@@ -13,6 +13,7 @@ session's next prompt reuses the longest common prefix and prefills only the new
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import threading
@@ -25,7 +26,7 @@ from typing import Any
 
 import torch
 
-from coderl.engine.base import Engine
+from coderl.engine.base import Engine, TokenSink
 from coderl.engine.config import EngineConfig, ModelConfig
 from coderl.engine.kv_cache import PrefixCache, SequenceKV, common_prefix
 from coderl.engine.params import SamplingParams
@@ -51,6 +52,7 @@ class _Request:
     stop_ids: frozenset[int]
     max_new: int
     stops: StopWatch | None
+    sink: TokenSink | None
     submitted: float
     kv: SequenceKV | None = None
     output: list[int] = field(default_factory=list)
@@ -197,6 +199,16 @@ class EmbeddedEngine(Engine):
     async def generate(
         self, prompt_ids: list[int], params: SamplingParams, session_id: str | None = None
     ) -> Completion:
+        return await self._submit(prompt_ids, params, session_id, None)
+
+    async def generate_streaming(
+        self, prompt_ids: list[int], params: SamplingParams, on_tokens: TokenSink, session_id: str | None = None
+    ) -> Completion:
+        return await self._submit(prompt_ids, params, session_id, on_tokens)
+
+    async def _submit(
+        self, prompt_ids: list[int], params: SamplingParams, session_id: str | None, sink: TokenSink | None
+    ) -> Completion:
         runner = self.runner
         if self._thread is None or self._stopping or self._slots is None:
             raise EngineUnavailableError(f"{self.name} is stopped")
@@ -231,6 +243,7 @@ class EmbeddedEngine(Engine):
                 stop_ids=stop_ids,
                 max_new=min(params.max_tokens, self.max_model_len - len(prompt_ids)),
                 stops=StopWatch(self._decode, params.stop) if params.stop else None,
+                sink=sink,
                 submitted=time.perf_counter(),
             )
             with self._cond:
@@ -362,6 +375,9 @@ class EmbeddedEngine(Engine):
             req.output.append(tok)
             req.logprobs.append(lp)
             self._counters["generated_tokens"] += 1
+            if req.sink is not None:  # in order, and before the future resolves (same thread-safe queue)
+                with contextlib.suppress(RuntimeError):  # the caller's loop is closed: nobody listens
+                    req.loop.call_soon_threadsafe(req.sink, [tok])
             if tok in req.stop_ids:
                 self._running.remove(req)
                 self._finish(req, "stop", stop_token=tok)

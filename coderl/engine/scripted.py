@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from coderl.engine.base import Engine
+from coderl.engine.base import Engine, TokenSink
 from coderl.engine.params import SamplingParams
 from coderl.engine.stops import StopWatch
 from coderl.errors import EngineError, EngineUnavailableError
@@ -142,6 +142,17 @@ class ScriptedEngine(Engine):
             replica=self.name,
             stop_str=stop_str,
         )
+
+    async def generate_streaming(
+        self, prompt_ids: list[int], params: SamplingParams, on_tokens: TokenSink, session_id: str | None = None
+    ) -> Completion:
+        """:meth:`generate`, then its ids handed over one at a time, yielding to the event loop between
+        them, as an engine sampling them would."""
+        completion = await self.generate(prompt_ids, params, session_id=session_id)
+        for tok in completion.token_ids:
+            on_tokens([tok])
+            await asyncio.sleep(0)
+        return completion
 
     # ------------------------------------------------------------------ for tests
     @property

@@ -9,7 +9,6 @@ rendering, the mapping to sampled ids and the record.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any, Literal
 
 from fastapi import APIRouter, Header, Request
@@ -18,11 +17,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from coderl.engine.params import SamplingParams
 from coderl.errors import ChatError
-from coderl.proxy.errors import ApiError
-from coderl.proxy.openai_api import SEED_MOD, call_headers
+from coderl.proxy.errors import ApiError, error_body
+from coderl.proxy.openai_api import SEED_MOD, call_headers, streamed
 from coderl.proxy.render import Message, message_text
 from coderl.proxy.service import CallRequest, ProxyService, request_key
-from coderl.proxy.sse import sse, sse_response, text_pieces
+from coderl.proxy.sse import sse, text_pieces
 from coderl.proxy.store import CallRow
 from coderl.proxy.tool_choice import anthropic_tool_choice
 
@@ -181,30 +180,82 @@ def message_body(row: CallRow) -> dict[str, Any]:
     }
 
 
-def message_events(row: CallRow) -> Iterator[bytes]:
-    body = message_body(row)
-    start = {**body, "content": [], "stop_reason": None, "stop_sequence": None}
-    start["usage"] = {**body["usage"], "output_tokens": 0}
-    yield sse({"type": "message_start", "message": start}, "message_start")
-    for index, block in enumerate(body["content"]):
-        if block["type"] == "text":
-            opened: dict[str, Any] = {"type": "text", "text": ""}
-            deltas = [{"type": "text_delta", "text": p} for p in text_pieces(block["text"])]
-        else:
+class MessageStream:
+    """Messages events: message_start, the text block's deltas as they come, then (from the record) the
+    rest of the text, tool_use blocks, message_delta and message_stop."""
+
+    def __init__(self, uid: str, model: str) -> None:
+        self.uid, self.model = uid, model
+        self.text_open = False
+
+    def opening(self, prompt_tokens: int) -> list[bytes]:
+        usage = {"input_tokens": prompt_tokens, "output_tokens": 0}
+        message: dict[str, Any] = {
+            "id": f"msg_{self.uid}",
+            "type": "message",
+            "role": "assistant",
+            "model": self.model,
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": {**usage, "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0},
+        }
+        return [sse({"type": "message_start", "message": message}, "message_start")]
+
+    def open_text(self) -> list[bytes]:
+        if self.text_open:
+            return []
+        self.text_open = True
+        start = {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}
+        return [sse(start, "content_block_start")]
+
+    def delta(self, text: str) -> list[bytes]:
+        out = self.open_text()
+        delta = {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}}
+        out.append(sse(delta, "content_block_delta"))
+        return out
+
+    def closing(self, row: CallRow, rest: str) -> list[bytes]:
+        body = message_body(row)
+        out: list[bytes] = []
+        blocks = body["content"]
+        if blocks and blocks[0]["type"] == "text":
+            out += self.open_text()
+            for piece in text_pieces(rest):
+                out += self.delta(piece)
+            out.append(sse({"type": "content_block_stop", "index": 0}, "content_block_stop"))
+            blocks = blocks[1:]
+        first = 1 if self.text_open else 0
+        for index, block in enumerate(blocks, start=first):
             opened = {**block, "input": {}}
-            deltas = [
-                {"type": "input_json_delta", "partial_json": json.dumps(block["input"], ensure_ascii=False)}
-            ]
-        yield sse(
-            {"type": "content_block_start", "index": index, "content_block": opened}, "content_block_start"
-        )
-        for delta in deltas:
-            yield sse({"type": "content_block_delta", "index": index, "delta": delta}, "content_block_delta")
-        yield sse({"type": "content_block_stop", "index": index}, "content_block_stop")
-    delta = {"stop_reason": body["stop_reason"], "stop_sequence": body["stop_sequence"]}
-    usage = {"output_tokens": body["usage"]["output_tokens"]}
-    yield sse({"type": "message_delta", "delta": delta, "usage": usage}, "message_delta")
-    yield sse({"type": "message_stop"}, "message_stop")
+            json_delta = {
+                "type": "input_json_delta",
+                "partial_json": json.dumps(block["input"], ensure_ascii=False),
+            }
+            out.append(
+                sse(
+                    {"type": "content_block_start", "index": index, "content_block": opened},
+                    "content_block_start",
+                )
+            )
+            out.append(
+                sse(
+                    {"type": "content_block_delta", "index": index, "delta": json_delta},
+                    "content_block_delta",
+                )
+            )
+            out.append(sse({"type": "content_block_stop", "index": index}, "content_block_stop"))
+        delta = {"stop_reason": body["stop_reason"], "stop_sequence": body["stop_sequence"]}
+        usage = {"output_tokens": body["usage"]["output_tokens"]}
+        out.append(sse({"type": "message_delta", "delta": delta, "usage": usage}, "message_delta"))
+        out.append(sse({"type": "message_stop"}, "message_stop"))
+        return out
+
+    def error(self, status: int, message: str) -> bytes:
+        return sse(error_body("anthropic", status, message), "error")
+
+    def replay(self, row: CallRow) -> list[bytes]:
+        return [*self.opening(row.result["prompt_tokens"]), *self.closing(row, row.result["content"])]
 
 
 def anthropic_router(service: ProxyService) -> APIRouter:
@@ -247,11 +298,10 @@ def anthropic_router(service: ProxyService) -> APIRouter:
             stop=[s for s in body.stop_sequences or [] if s],
             id_prefix="toolu",
         )
-        row, replayed = await service.answer(request, session, req)
-        headers = call_headers(row, replayed)
         if body.stream:
-            return sse_response(message_events(row), headers)
-        return JSONResponse(message_body(row), headers=headers)
+            return await streamed(service, request, session, req, MessageStream(req.uid, service.model))
+        row, replayed = await service.answer(request, session, req)
+        return JSONResponse(message_body(row), headers=call_headers(row, replayed))
 
     @router.post("/messages/count_tokens")
     async def count_tokens(session_id: str, body: MessagesRequest, request: Request) -> dict[str, int]:

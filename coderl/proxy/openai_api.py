@@ -10,7 +10,6 @@ accepted and ignored, as agents send many (user, metadata, parallel_tool_calls..
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any, Literal
 
 from fastapi import APIRouter, Header, Request
@@ -19,10 +18,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from coderl.chat import ChatFormat
 from coderl.engine.params import SamplingParams
-from coderl.proxy.errors import ApiError
+from coderl.proxy.errors import ApiError, error_body
+from coderl.proxy.live import LiveCall, LiveText, StreamShape, live_response
 from coderl.proxy.service import CallRequest, ProxyService, request_key
 from coderl.proxy.sse import sse, sse_response, text_pieces
-from coderl.proxy.store import CallRow
+from coderl.proxy.store import CallRow, SessionRow
 from coderl.proxy.tool_choice import openai_tool_choice
 
 SEED_MOD = 2**63
@@ -177,42 +177,63 @@ def chat_body(row: CallRow, chat: ChatFormat, logprobs: bool) -> dict[str, Any]:
     }
 
 
-def chat_events(row: CallRow, chat: ChatFormat, logprobs: bool, include_usage: bool) -> Iterator[bytes]:
-    r = row.result
-    head = {
-        "id": f"chatcmpl-{r['id']}",
-        "object": "chat.completion.chunk",
-        "created": r["created"],
-        "model": r["model"],
-        "system_fingerprint": f"coderl-policy-{row.policy_version}",
-    }
-    extra = {"usage": None} if include_usage else {}
+class ChatStream:
+    """Chat Completions chunks: the opening role chunk, content deltas, then (from the record) the
+    rest of the content with the logprobs, tool-call deltas, the finish chunk, usage and [DONE]."""
 
-    def chunk(delta: dict[str, Any], finish: str | None = None, lp: Any = None) -> bytes:
-        choice = {"index": 0, "delta": delta, "logprobs": lp, "finish_reason": finish}
-        return sse({**head, "choices": [choice], **extra})
-
-    yield chunk({"role": "assistant", "content": ""})
-    lps = chat_logprobs(chat, row) if logprobs else None
-    pieces = list(text_pieces(r["content"]))
-    for i, piece in enumerate(pieces):
-        yield chunk({"content": piece}, lp=lps if (lps and i == 0) else None)
-    if lps and not pieces:
-        yield chunk({"content": ""}, lp=lps)
-    for i, call in enumerate(r["tool_calls"]):
-        fn = call["function"]
-        start = {
-            "index": i,
-            "id": call["id"],
-            "type": "function",
-            "function": {"name": fn["name"], "arguments": ""},
+    def __init__(
+        self, uid: str, created: int, model: str, version: int, chat: ChatFormat, logprobs: bool, usage: bool
+    ) -> None:
+        self.head = {
+            "id": f"chatcmpl-{uid}",
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": model,
+            "system_fingerprint": f"coderl-policy-{version}",
         }
-        yield chunk({"tool_calls": [start]})
-        yield chunk({"tool_calls": [{"index": i, "function": {"arguments": fn["arguments"]}}]})
-    yield chunk({}, finish_reason(row))
-    if include_usage:
-        yield sse({**head, "choices": [], "usage": usage(row)})
-    yield sse("[DONE]")
+        self.chat, self.logprobs, self.usage = chat, logprobs, usage
+
+    def chunk(self, delta: dict[str, Any], finish: str | None = None, lp: Any = None) -> bytes:
+        choice = {"index": 0, "delta": delta, "logprobs": lp, "finish_reason": finish}
+        return sse({**self.head, "choices": [choice], **({"usage": None} if self.usage else {})})
+
+    def opening(self, prompt_tokens: int) -> list[bytes]:
+        return [self.chunk({"role": "assistant", "content": ""})]
+
+    def delta(self, text: str) -> list[bytes]:
+        return [self.chunk({"content": text})]
+
+    def closing(self, row: CallRow, rest: str) -> list[bytes]:
+        out = []
+        lps = chat_logprobs(self.chat, row) if self.logprobs else None
+        pieces = list(text_pieces(rest))
+        for i, piece in enumerate(pieces):
+            out.append(self.chunk({"content": piece}, lp=lps if (lps and i == 0) else None))
+        if lps and not pieces:
+            out.append(self.chunk({"content": ""}, lp=lps))
+        for i, call in enumerate(row.result["tool_calls"]):
+            fn = call["function"]
+            start = {
+                "index": i,
+                "id": call["id"],
+                "type": "function",
+                "function": {"name": fn["name"], "arguments": ""},
+            }
+            out.append(self.chunk({"tool_calls": [start]}))
+            out.append(self.chunk({"tool_calls": [{"index": i, "function": {"arguments": fn["arguments"]}}]}))
+        out.append(self.chunk({}, finish_reason(row)))
+        if self.usage:
+            out.append(sse({**self.head, "choices": [], "usage": usage(row)}))
+        out.append(sse("[DONE]"))
+        return out
+
+    def error(self, status: int, message: str) -> bytes:
+        return sse(error_body("openai", status, message))
+
+    def replay(self, row: CallRow) -> list[bytes]:
+        """The whole stream of a recorded call."""
+        self.head["system_fingerprint"] = f"coderl-policy-{row.policy_version}"
+        return [*self.opening(0), *self.closing(row, row.result["content"])]
 
 
 def completion_logprobs(chat: ChatFormat, row: CallRow) -> dict[str, Any]:
@@ -242,16 +263,58 @@ def completion_body(row: CallRow, chat: ChatFormat, logprobs: bool) -> dict[str,
     }
 
 
-def completion_events(row: CallRow, chat: ChatFormat, logprobs: bool, include_usage: bool) -> Iterator[bytes]:
-    body = completion_body(row, chat, logprobs)
-    head = {k: body[k] for k in ("id", "object", "created", "model")}
-    for piece in text_pieces(row.result["content"]):
-        yield sse({**head, "choices": [{"text": piece, "index": 0, "logprobs": None, "finish_reason": None}]})
-    final = {**body["choices"][0], "text": ""}
-    yield sse({**head, "choices": [final]})
-    if include_usage:
-        yield sse({**head, "choices": [], "usage": body["usage"]})
-    yield sse("[DONE]")
+class CompletionStream:
+    """Completions chunks: text deltas, then (from the record) the rest, the final choice, usage, [DONE]."""
+
+    def __init__(
+        self, uid: str, created: int, model: str, chat: ChatFormat, logprobs: bool, usage: bool
+    ) -> None:
+        self.head = {"id": f"cmpl-{uid}", "object": "text_completion", "created": created, "model": model}
+        self.chat, self.logprobs, self.usage = chat, logprobs, usage
+
+    def opening(self, prompt_tokens: int) -> list[bytes]:
+        return []
+
+    def delta(self, text: str) -> list[bytes]:
+        return [
+            sse(
+                {
+                    **self.head,
+                    "choices": [{"text": text, "index": 0, "logprobs": None, "finish_reason": None}],
+                }
+            )
+        ]
+
+    def closing(self, row: CallRow, rest: str) -> list[bytes]:
+        body = completion_body(row, self.chat, self.logprobs)
+        out = [event for piece in text_pieces(rest) for event in self.delta(piece)]
+        out.append(sse({**self.head, "choices": [{**body["choices"][0], "text": ""}]}))
+        if self.usage:
+            out.append(sse({**self.head, "choices": [], "usage": body["usage"]}))
+        out.append(sse("[DONE]"))
+        return out
+
+    def error(self, status: int, message: str) -> bytes:
+        return sse(error_body("openai", status, message))
+
+    def replay(self, row: CallRow) -> list[bytes]:
+        return self.closing(row, row.result["content"])
+
+
+async def streamed(
+    service: ProxyService, request: Request, session: SessionRow, req: CallRequest, shape: StreamShape
+) -> Response:
+    """A streamed call: events as the engine samples (:mod:`coderl.proxy.live`), or, answered from the
+    record, the whole recorded stream."""
+    req.live = LiveCall()
+    text = LiveText(
+        service.chat.decode, req.stop, req.reply_prefix, req.parse_tools, service.chat.tool_format
+    )
+
+    def replay(row: CallRow, replayed: bool) -> Response:
+        return sse_response(shape.replay(row), call_headers(row, replayed))
+
+    return await live_response(service.answer(request, session, req), req.live, text, shape, replay)
 
 
 def openai_router(service: ProxyService) -> APIRouter:
@@ -311,12 +374,15 @@ def openai_router(service: ProxyService) -> APIRouter:
             reply_prefix=choice.prefix(),
             stop=stop_list(body.stop),
         )
-        row, replayed = await service.answer(request, session, req)
-        headers = call_headers(row, replayed)
         if body.stream:
             include_usage = bool(body.stream_options and body.stream_options.include_usage)
-            return sse_response(chat_events(row, chat, bool(body.logprobs), include_usage), headers)
-        return JSONResponse(chat_body(row, chat, bool(body.logprobs)), headers=headers)
+            version = service.engine.policy_version
+            shape = ChatStream(
+                req.uid, req.created, service.model, version, chat, bool(body.logprobs), include_usage
+            )
+            return await streamed(service, request, session, req, shape)
+        row, replayed = await service.answer(request, session, req)
+        return JSONResponse(chat_body(row, chat, bool(body.logprobs)), headers=call_headers(row, replayed))
 
     @router.post("/completions", response_model=None)
     async def completions(
@@ -344,12 +410,12 @@ def openai_router(service: ProxyService) -> APIRouter:
             prompt=prompt,
             stop=stop_list(body.stop),
         )
-        row, replayed = await service.answer(request, session, req)
-        headers = call_headers(row, replayed)
         logprobs = body.logprobs is not None
         if body.stream:
             include_usage = bool(body.stream_options and body.stream_options.include_usage)
-            return sse_response(completion_events(row, chat, logprobs, include_usage), headers)
-        return JSONResponse(completion_body(row, chat, logprobs), headers=headers)
+            shape = CompletionStream(req.uid, req.created, service.model, chat, logprobs, include_usage)
+            return await streamed(service, request, session, req, shape)
+        row, replayed = await service.answer(request, session, req)
+        return JSONResponse(completion_body(row, chat, logprobs), headers=call_headers(row, replayed))
 
     return router

@@ -29,6 +29,7 @@ from coderl.errors import ChatError, EngineError, EngineOverloadedError, EngineU
 from coderl.proxy.auth import WRONG_SECRET, hash_secret, new_secret, new_session_id, secret_ok
 from coderl.proxy.config import ProxyConfig
 from coderl.proxy.errors import ApiError
+from coderl.proxy.live import LiveCall
 from coderl.proxy.merge import CallTokens, merge_calls
 from coderl.proxy.render import Message, PriorCall, canonical_message, render_prompt
 from coderl.proxy.store import CallRow, SessionRow, Store
@@ -55,6 +56,11 @@ class CallRequest:
     prompt, so the record keeps it as prompt ids and the completion is only what was sampled."""
     stop: list[str] = field(default_factory=list)
     id_prefix: str = "call"
+    live: LiveCall | None = None
+    """Set for a streamed call: the engine's ids reach it as they are sampled."""
+    uid: str = field(default_factory=lambda: secrets.token_hex(8))
+    """The reply's id (chunks streamed before the record is written carry it)."""
+    created: int = field(default_factory=lambda: int(time.time()))
 
 
 def request_key(api: str, body: bytes, idempotency_key: str | None) -> str:
@@ -308,7 +314,11 @@ class ProxyService:
         t_render = time.perf_counter()
         try:
             params = req.params.model_copy(update={"stop": req.stop}) if req.stop else req.params
-            c = await self.engine.generate(prompt_ids, params, session_id=session.id)
+            if req.live is not None:
+                req.live.prompt_tokens = len(prompt_ids)
+                c = await self.engine.generate_streaming(prompt_ids, params, req.live.tokens, session_id=session.id)
+            else:
+                c = await self.engine.generate(prompt_ids, params, session_id=session.id)
         except EngineOverloadedError as exc:
             raise self._retry_error(429, f"the engine is overloaded: {exc}") from None
         except EngineUnavailableError as exc:
@@ -346,11 +356,12 @@ class ProxyService:
         keep, text, stop_hit = cut_at_stop(self.chat.decode, ids, req.stop)  # the text the client gets
         ids, logprobs = ids[:keep], logprobs[:keep]
         finish = "stop" if stop_hit else c.finish_reason
-        uid = secrets.token_hex(8)
+        uid = req.uid
         text = req.reply_prefix + text
         content, tool_calls = text, []
         if req.parse_tools:
             parsed = parse_completion(text, self.chat.tool_format, id_prefix=f"{req.id_prefix}_{uid}")
+            content = text.strip()  # as the parsed content is (streaming relies on it: proxy.live)
             if parsed.tool_calls and not parsed.errors:  # a malformed call is answered as plain content
                 content, tool_calls = parsed.content, [t.to_openai() for t in parsed.tool_calls]
         if req.messages is not None:
@@ -360,7 +371,7 @@ class ProxyService:
             canon = [*canon, content]
         result = {
             "id": uid,
-            "created": int(time.time()),
+            "created": req.created,
             "model": self.model,
             "content": content,
             "tool_calls": tool_calls,
