@@ -19,6 +19,7 @@ def test_bench_proxy_quick_reports_latency_and_throughput(capsys: pytest.Capture
     for key in ("added_latency_p50_ms", "added_latency_p99_ms", "throughput_ratio_1", "throughput_ratio_16"):
         assert math.isfinite(r[key]), key
     assert r["raw"]["p50_plain_ms"] > 0 and r["direct"]["p50_plain_ms"] > 0
+    assert 0 < r["first_chunk_p50_ms"] <= r["raw"]["p50_stream_ms"]  # time to the first content chunk
     # every call waited 0.5 s in the engine: neither path can beat 2 calls/s per session
     assert 0 < r["raw"]["rps_1"] <= 2.05 and 0 < r["direct"]["rps_1"] <= 2.05
     assert r["throughput_ratio_16"] > 0.3  # the proxy does not collapse under concurrent sessions

@@ -123,6 +123,13 @@ async def _sessions(client: httpx.AsyncClient, proxy: str, n: int) -> list[tuple
 
 
 async def _call(client: httpx.AsyncClient, target: Target, i: int, n: int, stream: bool) -> float:
+    return (await _timed_call(client, target, i, n, stream))[0]
+
+
+async def _timed_call(
+    client: httpx.AsyncClient, target: Target, i: int, n: int, stream: bool
+) -> tuple[float, float]:
+    """(seconds to the whole answer, seconds to the first chunk with content; the same when not streamed)."""
     url, headers = target.url_and_headers(i)
     body = {
         "model": "coderl",
@@ -131,23 +138,32 @@ async def _call(client: httpx.AsyncClient, target: Target, i: int, n: int, strea
         "stream": stream,
     }
     t0 = time.perf_counter()
+    first = 0.0
     if stream:
         async with client.stream("POST", url, json=body, headers=headers) as r:
             if r.status_code != 200:
                 raise RuntimeError(f"{target.name}: HTTP {r.status_code}: {(await r.aread())[:300]!r}")
-            async for _ in r.aiter_lines():
-                pass
+            async for line in r.aiter_lines():
+                if (
+                    not first
+                    and '"content":"' in line.replace(" ", "")
+                    and '"content":""' not in line.replace(" ", "")
+                ):
+                    first = time.perf_counter() - t0
     else:
         r = await client.post(url, json=body, headers=headers)
         if r.status_code != 200:
             raise RuntimeError(f"{target.name}: HTTP {r.status_code}: {r.text[:300]}")
-    return time.perf_counter() - t0
+    total = time.perf_counter() - t0
+    return total, first or total
 
 
-async def _latency(client: httpx.AsyncClient, target: Target, n: int, stream: bool) -> list[float]:
+async def _latency(
+    client: httpx.AsyncClient, target: Target, n: int, stream: bool
+) -> list[tuple[float, float]]:
     for k in range(5):  # warm-up: connections, caches, first-call imports
         await _call(client, target, 0, -1 - k, stream)
-    return [await _call(client, target, 0, k, stream) for k in range(n)]
+    return [await _timed_call(client, target, 0, k, stream) for k in range(n)]
 
 
 async def _throughput(
@@ -238,9 +254,12 @@ async def bench_proxy(
                 tag = "stream" if stream else "plain"
                 for name, by_kind in targets.items():
                     console.print(f"latency ({tag}): {name}")
-                    times = await _latency(client, by_kind["instant"], n_latency, stream)
+                    timed = await _latency(client, by_kind["instant"], n_latency, stream)
+                    times = [t for t, _ in timed]
                     figures[name][f"p50_{tag}_ms"] = percentile(times, 50) * 1000
                     figures[name][f"p99_{tag}_ms"] = percentile(times, 99) * 1000
+                    if stream:
+                        figures[name]["p50_first_chunk_ms"] = percentile([f for _, f in timed], 50) * 1000
             for level in levels:
                 for name, by_kind in targets.items():
                     console.print(f"throughput at {level} sessions: {name}")
@@ -256,6 +275,7 @@ async def bench_proxy(
             "added_latency_p99_ms": f["p99_plain_ms"] - direct["p99_plain_ms"],
             "added_latency_p50_stream_ms": f["p50_stream_ms"] - direct["p50_stream_ms"],
             "added_latency_p99_stream_ms": f["p99_stream_ms"] - direct["p99_stream_ms"],
+            "first_chunk_p50_ms": f["p50_first_chunk_ms"],
             **{f"throughput_ratio_{lv}": f[f"rps_{lv}"] / direct[f"rps_{lv}"] for lv in levels},
             "raw": f,
         }
@@ -302,7 +322,9 @@ def to_markdown(r: dict[str, Any]) -> str:
     d = r["direct"]
     lines += [
         "",
-        f"Direct: p50 {d['p50_plain_ms']:.2f} ms (streaming {d['p50_stream_ms']:.2f} ms); "
+        f"Direct: p50 {d['p50_plain_ms']:.2f} ms (streaming {d['p50_stream_ms']:.2f} ms, first content chunk "
+        f"{d['p50_first_chunk_ms']:.2f} ms; through coderl {r['first_chunk_p50_ms']:.2f} ms — the scripted engine "
+        "answers whole over HTTP, so the stream cannot start before it has answered); "
         + ", ".join(f"{d[f'rps_{lv}']:.1f} calls/s at {lv}" for lv in r["levels"])
         + ". "
         f"The engine-bound ideal is N / {r['engine_latency_s']:g} s calls/s (256 at 256 sessions): where direct falls "
