@@ -131,6 +131,19 @@ async def test_a_stop_string_ends_generation_at_the_token_that_completes_it(
         assert engine.stats()["generated_tokens"] - generated == k
 
 
+async def test_streamed_ids_are_the_completion_in_order(
+    subject: tuple[str, Engine], chat_prompts: list[list[int]]
+) -> None:
+    kind, eng = subject
+    got: list[tuple[list[int], list[float]]] = []
+    params = SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True)
+    c = await eng.generate_streaming(chat_prompts[1], params, lambda ids, lps: got.append((ids, lps)))
+    assert [t for ids, _ in got for t in ids] == c.token_ids and len(c.token_ids) == 8
+    assert [x for _, lps in got for x in lps] == pytest.approx(c.logprobs, abs=1e-6)
+    if kind not in ("http-sglang", "relay"):  # these hand the ids over whole, when done
+        assert len(got) > 1  # they came as they were sampled
+
+
 async def test_a_seeded_request_repeats(subject: tuple[str, Engine], chat_prompts: list[list[int]]) -> None:
     _, eng = subject
     params = SamplingParams(max_tokens=6, temperature=1.0, seed=7)

@@ -323,8 +323,8 @@ def to_markdown(r: dict[str, Any]) -> str:
     lines += [
         "",
         f"Direct: p50 {d['p50_plain_ms']:.2f} ms (streaming {d['p50_stream_ms']:.2f} ms, first content chunk "
-        f"{d['p50_first_chunk_ms']:.2f} ms; through coderl {r['first_chunk_p50_ms']:.2f} ms — the scripted engine "
-        "answers whole over HTTP, so the stream cannot start before it has answered); "
+        f"{d['p50_first_chunk_ms']:.2f} ms; through coderl {r['first_chunk_p50_ms']:.2f} ms: the engine answers "
+        "at once here, so this is the proxy's own time to its first chunk); "
         + ", ".join(f"{d[f'rps_{lv}']:.1f} calls/s at {lv}" for lv in r["levels"])
         + ". "
         f"The engine-bound ideal is N / {r['engine_latency_s']:g} s calls/s (256 at 256 sessions): where direct falls "

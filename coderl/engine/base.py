@@ -15,8 +15,9 @@ from coderl.types import Completion
 if TYPE_CHECKING:
     import torch
 
-TokenSink = Callable[[list[int]], None]
-"""Receives a completion's token ids as they are sampled (in order; together, ``token_ids``)."""
+TokenSink = Callable[[list[int], list[float]], None]
+"""Receives a completion's token ids and their logprobs as they are sampled (in order; together,
+``token_ids`` and ``logprobs``)."""
 
 
 class Engine(abc.ABC):
@@ -50,11 +51,11 @@ class Engine(abc.ABC):
     async def generate_streaming(
         self, prompt_ids: list[int], params: SamplingParams, on_tokens: TokenSink, session_id: str | None = None
     ) -> Completion:
-        """:meth:`generate`, handing the token ids to ``on_tokens`` as they are sampled, before it
-        returns. An engine that cannot stream hands them over at once when the completion is done."""
+        """:meth:`generate`, handing the token ids (and logprobs) to ``on_tokens`` as they are sampled,
+        before it returns. An engine that cannot stream hands them over at once when it is done."""
         completion = await self.generate(prompt_ids, params, session_id=session_id)
         if completion.token_ids:
-            on_tokens(list(completion.token_ids))
+            on_tokens(list(completion.token_ids), list(completion.logprobs))
         return completion
 
     @abc.abstractmethod

@@ -377,7 +377,7 @@ class EmbeddedEngine(Engine):
             self._counters["generated_tokens"] += 1
             if req.sink is not None:  # in order, and before the future resolves (same thread-safe queue)
                 with contextlib.suppress(RuntimeError):  # the caller's loop is closed: nobody listens
-                    req.loop.call_soon_threadsafe(req.sink, [tok])
+                    req.loop.call_soon_threadsafe(req.sink, [tok], [lp])
             if tok in req.stop_ids:
                 self._running.remove(req)
                 self._finish(req, "stop", stop_token=tok)

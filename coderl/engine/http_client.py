@@ -19,6 +19,7 @@ coderl servers report theirs in every answer.
 
 from __future__ import annotations
 
+import json
 import logging
 import uuid
 from collections.abc import Mapping
@@ -27,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from coderl.engine.base import Engine
+from coderl.engine.base import Engine, TokenSink
 from coderl.engine.config import EngineConfig
 from coderl.engine.params import SamplingParams
 from coderl.errors import EngineError, EngineUnavailableError
@@ -127,6 +128,90 @@ class HTTPEngine(Engine):
         self._version = max(self._version, completion.policy_version)
         completion.replica = self.name
         return completion
+
+    async def generate_streaming(
+        self,
+        prompt_ids: list[int],
+        params: SamplingParams,
+        on_tokens: TokenSink,
+        session_id: str | None = None,
+    ) -> Completion:
+        """vLLM and coderl servers: ``/v1/completions`` with ``stream: true``, ids handed over chunk by
+        chunk (SGLang's native stream is not spoken: its answer comes whole, as from :meth:`generate`)."""
+        if self.api == "sglang":
+            return await super().generate_streaming(prompt_ids, params, on_tokens, session_id)
+        body = {
+            **self._completions_body(prompt_ids, params, session_id),
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        self._in_flight += 1
+        try:
+            completion = await self._stream_completions(body, len(prompt_ids), on_tokens)
+        finally:
+            self._in_flight -= 1
+        self._version = max(self._version, completion.policy_version)
+        completion.replica = self.name
+        return completion
+
+    async def _stream_completions(
+        self, body: dict[str, Any], prompt_tokens: int, on_tokens: TokenSink
+    ) -> Completion:
+        path = "/v1/completions"
+        if self._client is None:
+            raise EngineUnavailableError(f"{self.name} is not started; call 'await engine.start()' first")
+        ids: list[int] = []
+        lps: list[float] = []
+        final: dict[str, Any] = {}
+        usage: dict[str, Any] = {}
+        try:
+            async with self._client.stream("POST", path, json=body) as response:
+                if response.status_code >= 400:
+                    text = (await response.aread()).decode("utf-8", "replace")[:500]
+                    kind = EngineUnavailableError if response.status_code in (502, 503, 504) else EngineError
+                    raise kind(f"{self.name}{path}: HTTP {response.status_code}: {text}")
+                async for line in response.aiter_lines():
+                    if not line.startswith("data: ") or line == "data: [DONE]":
+                        continue
+                    data = json.loads(line[6:])
+                    if "error" in data:
+                        raise EngineError(f"{self.name}{path}: {str(data['error'])[:500]}")
+                    usage = data.get("usage") or usage
+                    final["policy_version"] = data.get("policy_version", final.get("policy_version"))
+                    for choice in data.get("choices") or []:
+                        new = parse_vllm_completions({"choices": [choice]}, prompt_tokens, self._version)
+                        if new.token_ids:
+                            ids += new.token_ids
+                            lps += new.logprobs
+                            on_tokens(new.token_ids, new.logprobs)
+                        if choice.get("finish_reason"):
+                            final["choice"] = choice
+        except (
+            httpx.ConnectError,
+            httpx.RemoteProtocolError,
+            httpx.ReadError,
+            httpx.WriteError,
+            httpx.PoolTimeout,
+        ) as exc:
+            raise EngineUnavailableError(f"{self.name}{path}: {type(exc).__name__}: {exc}") from exc
+        except httpx.TimeoutException as exc:
+            raise EngineError(f"{self.name}{path}: timed out after {self.cfg.request_timeout_s}s") from exc
+        except ValueError as exc:
+            raise EngineError(f"{self.name}{path}: a stream chunk is not JSON ({exc})") from exc
+        if "choice" not in final:
+            raise EngineError(f"{self.name}{path}: the stream ended without a finish reason")
+        last = {**final["choice"], "token_ids": [], "logprobs": {"tokens": [], "token_logprobs": []}}
+        done = parse_vllm_completions(
+            {
+                "choices": [last],
+                "usage": usage,
+                **({"policy_version": v} if (v := final["policy_version"]) is not None else {}),
+            },
+            prompt_tokens,
+            self._version,
+        )
+        done.token_ids, done.logprobs = ids, lps
+        return done
 
     def _completions_body(
         self, prompt_ids: list[int], p: SamplingParams, session_id: str | None

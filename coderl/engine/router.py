@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from coderl.engine.base import Engine
+from coderl.engine.base import Engine, TokenSink
 from coderl.engine.params import SamplingParams
 from coderl.errors import EngineUnavailableError
 from coderl.types import Completion
@@ -112,20 +112,52 @@ class Router(Engine):
     async def generate(
         self, prompt_ids: list[int], params: SamplingParams, session_id: str | None = None
     ) -> Completion:
+        return await self._dispatch(prompt_ids, params, session_id, None)
+
+    async def generate_streaming(
+        self,
+        prompt_ids: list[int],
+        params: SamplingParams,
+        on_tokens: TokenSink,
+        session_id: str | None = None,
+    ) -> Completion:
+        return await self._dispatch(prompt_ids, params, session_id, on_tokens)
+
+    async def _dispatch(
+        self, prompt_ids: list[int], params: SamplingParams, session_id: str | None, sink: TokenSink | None
+    ) -> Completion:
+        """Serve on the session's replica (or the least busy); a replica that is unavailable is taken
+        out and the request tried on another - unless it had already streamed tokens out."""
         last_error: Exception | None = None
+        streamed = False
+
+        def forward(ids: list[int], logprobs: list[float]) -> None:
+            nonlocal streamed
+            streamed = True
+            assert sink is not None
+            sink(ids, logprobs)
+
         for _ in range(len(self.replicas)):
             idx = self.replica_for(session_id)
+            replica = self.replicas[idx]
             self._in_flight[idx] += 1
             self._last_used[idx] = next(self._clock)
             try:
-                completion = await self.replicas[idx].generate(prompt_ids, params, session_id=session_id)
+                if sink is None:
+                    completion = await replica.generate(prompt_ids, params, session_id=session_id)
+                else:
+                    completion = await replica.generate_streaming(
+                        prompt_ids, params, forward, session_id=session_id
+                    )
             except EngineUnavailableError as exc:
                 last_error = exc
                 self._take_out(idx, exc)
+                if streamed:  # its tokens are out already: another replica would start over
+                    raise
                 continue
             finally:
                 self._in_flight[idx] -= 1
-            completion.replica = completion.replica or self.replicas[idx].name
+            completion.replica = completion.replica or replica.name
             return completion
         raise EngineUnavailableError(f"no replica could serve the request; last error: {last_error}")
 

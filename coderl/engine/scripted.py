@@ -149,8 +149,8 @@ class ScriptedEngine(Engine):
         """:meth:`generate`, then its ids handed over one at a time, yielding to the event loop between
         them, as an engine sampling them would."""
         completion = await self.generate(prompt_ids, params, session_id=session_id)
-        for tok in completion.token_ids:
-            on_tokens([tok])
+        for tok, lp in zip(completion.token_ids, completion.logprobs, strict=True):
+            on_tokens([tok], [lp])
             await asyncio.sleep(0)
         return completion
 

@@ -23,13 +23,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
+import json
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 from fastapi import Depends, FastAPI, HTTPException, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 
 from coderl.engine.base import Engine
 from coderl.engine.wire import (
@@ -118,9 +119,11 @@ def create_app(engine: Engine, model_name: str, tokenizer: Any = None, api_key: 
     async def stats() -> dict[str, Any]:
         return engine.stats()
 
-    @app.post("/v1/completions", dependencies=[Depends(authorize)])
-    async def completions(body: CompletionsRequest, request: Request) -> dict[str, Any]:
+    @app.post("/v1/completions", dependencies=[Depends(authorize)], response_model=None)
+    async def completions(body: CompletionsRequest, request: Request) -> dict[str, Any] | StreamingResponse:
         adapters.check(body.model, "model")
+        if body.stream:
+            return _stream_completions(engine, body, body.model or model_name, decode)
         c = await _unless_disconnected(
             request, engine.generate(body.prompt, body.sampling(), body.session_id)
         )
@@ -225,6 +228,73 @@ class _Adapters:
             f"{field}={requested!r}: this server has LoRA adapter {self.active!r} merged into its weights and "
             f"serves only that; set {field}={self.active!r} (or unload it to serve {self.model_name!r})",
         )
+
+
+def _stream_completions(
+    engine: Engine, body: CompletionsRequest, model: str, decode: Callable[[list[int], bool], str]
+) -> StreamingResponse:
+    """vLLM's streamed /v1/completions: one chunk per batch of sampled ids (``token_ids`` and their
+    logprobs as ``token_id:N`` tokens), a last chunk with the finish and stop reasons, usage if asked
+    (``stream_options.include_usage``), then ``[DONE]``. A client that leaves cancels the generation."""
+    queue: asyncio.Queue[tuple[list[int], list[float]]] = asyncio.Queue()
+    rid, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
+
+    def chunk(ids: list[int], lps: list[float], finish: str | None = None, stop: Any = None) -> bytes:
+        choice = {
+            "index": 0,
+            "text": decode(ids, body.skip_special_tokens),
+            "logprobs": {
+                "tokens": [f"token_id:{t}" for t in ids],
+                "token_logprobs": lps,
+                "top_logprobs": None,
+            },
+            "finish_reason": finish,
+            "stop_reason": stop,
+            "token_ids": ids,
+        }
+        out = {
+            "id": rid,
+            "object": "text_completion",
+            "created": created,
+            "model": model,
+            "choices": [choice],
+        }
+        return f"data: {json.dumps(out)}\n\n".encode()
+
+    async def events() -> AsyncIterator[bytes]:
+        work = asyncio.ensure_future(
+            engine.generate_streaming(
+                body.prompt, body.sampling(), lambda i, lp: queue.put_nowait((i, lp)), body.session_id
+            )
+        )
+        try:
+            while not (work.done() and queue.empty()):
+                getting = asyncio.ensure_future(queue.get())
+                both: list[asyncio.Future[Any]] = [getting, work]
+                await asyncio.wait(both, return_when=asyncio.FIRST_COMPLETED)
+                if getting.done():
+                    yield chunk(*getting.result())
+                else:
+                    getting.cancel()
+            try:
+                c = work.result()
+            except EngineError as exc:  # the status line is out: the error goes in the stream
+                yield f"data: {json.dumps({'error': {'message': str(exc), 'type': type(exc).__name__}})}\n\n".encode()
+                return
+            stop = c.stop_token_id if c.stop_token_id is not None else c.stop_str
+            yield chunk([], [], c.finish_reason, stop)
+            if body.stream_options and body.stream_options.get("include_usage"):
+                usage = {"prompt_tokens": c.prompt_tokens, "completion_tokens": len(c.token_ids),
+                         "total_tokens": c.prompt_tokens + len(c.token_ids),
+                         "prompt_tokens_details": {"cached_tokens": c.cached_tokens}}  # fmt: skip
+                out = {"id": rid, "object": "text_completion", "created": created, "model": model,
+                       "choices": [], "usage": usage, "policy_version": c.policy_version}  # fmt: skip
+                yield f"data: {json.dumps(out)}\n\n".encode()
+            yield b"data: [DONE]\n\n"
+        finally:
+            work.cancel()
+
+    return StreamingResponse(events(), media_type="text/event-stream")
 
 
 async def _unless_disconnected(request: Request, work: Awaitable[T]) -> T:

@@ -46,7 +46,8 @@ class CompletionsRequest(BaseModel):
     ignore_eos: bool = False
     logprobs: int | None = None
     n: int = Field(1, ge=1, le=1)
-    stream: Literal[False] = False
+    stream: bool = False
+    stream_options: dict[str, Any] | None = None
     return_tokens_as_token_ids: bool = False
     return_token_ids: bool = False
     skip_special_tokens: bool = True

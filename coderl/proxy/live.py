@@ -41,7 +41,7 @@ class LiveCall:
         self.queue: asyncio.Queue[list[int]] = asyncio.Queue()
         self.prompt_tokens = 0
 
-    def tokens(self, ids: list[int]) -> None:
+    def tokens(self, ids: list[int], logprobs: list[float]) -> None:
         self.queue.put_nowait(ids)
 
 
