@@ -186,16 +186,8 @@ class HTTPEngine(Engine):
                             on_tokens(new.token_ids, new.logprobs)
                         if choice.get("finish_reason"):
                             final["choice"] = choice
-        except (
-            httpx.ConnectError,
-            httpx.RemoteProtocolError,
-            httpx.ReadError,
-            httpx.WriteError,
-            httpx.PoolTimeout,
-        ) as exc:
-            raise EngineUnavailableError(f"{self.name}{path}: {type(exc).__name__}: {exc}") from exc
-        except httpx.TimeoutException as exc:
-            raise EngineError(f"{self.name}{path}: timed out after {self.cfg.request_timeout_s}s") from exc
+        except httpx.HTTPError as exc:
+            raise self._transport_error(path, exc) from exc
         except ValueError as exc:
             raise EngineError(f"{self.name}{path}: a stream chunk is not JSON ({exc})") from exc
         if "choice" not in final:
@@ -329,21 +321,19 @@ class HTTPEngine(Engine):
             raise EngineError(f"{self.name}{path}: {reason}")
         return data if isinstance(data, dict) else {}
 
+    def _transport_error(self, path: str, exc: httpx.HTTPError) -> EngineError:
+        """A failed exchange: a timeout is this request's error, a lost connection the server's."""
+        if isinstance(exc, httpx.TimeoutException) and not isinstance(exc, httpx.PoolTimeout):
+            return EngineError(f"{self.name}{path}: timed out after {self.cfg.request_timeout_s}s")
+        return EngineUnavailableError(f"{self.name}{path}: {type(exc).__name__}: {exc}")
+
     async def _request(self, method: str, path: str, json: Any = None) -> dict[str, Any]:
         if self._client is None:
             raise EngineUnavailableError(f"{self.name} is not started; call 'await engine.start()' first")
         try:
             response = await self._client.request(method, path, json=json)
-        except (
-            httpx.ConnectError,
-            httpx.RemoteProtocolError,
-            httpx.ReadError,
-            httpx.WriteError,
-            httpx.PoolTimeout,
-        ) as exc:
-            raise EngineUnavailableError(f"{self.name}{path}: {type(exc).__name__}: {exc}") from exc
-        except httpx.TimeoutException as exc:
-            raise EngineError(f"{self.name}{path}: timed out after {self.cfg.request_timeout_s}s") from exc
+        except httpx.HTTPError as exc:
+            raise self._transport_error(path, exc) from exc
         if response.status_code in (502, 503, 504):
             raise EngineUnavailableError(
                 f"{self.name}{path}: HTTP {response.status_code}: {response.text[:300]}"
