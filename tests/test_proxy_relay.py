@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import re
 import signal
@@ -361,53 +362,96 @@ def test_a_worker_started_before_the_proxy_backs_off_then_connects(tokenizer: An
 # ---------------------------------------------------------------------------- the real model
 
 
+def readme_relay_commands() -> list[str]:
+    """The command lines of the README's relay-mode block (comments out, continuations joined)."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("### Relay mode", 1)[1]
+    block = section.split("```bash\n", 1)[1].split("```", 1)[0].replace("\\\n", "")
+    return [line.split("   #")[0] for line in block.splitlines() if line.strip() and not line.startswith("#")]
+
+
 @pytest.mark.slow
-def test_a_worker_serving_the_real_model(
-    tokenizer: Any, hf_model: Any, checkpoint: Path, tmp_path: Path
+def test_the_readme_relay_commands_serve_the_real_model(
+    hf_model: Any, checkpoint: Path, tmp_path: Path
 ) -> None:
-    with relay_proxy(tokenizer, tmp_path / "p.db") as base:
-        url = base.replace("http", "ws") + "/ws/worker"
-        cmd = [sys.executable, "-m", "coderl", "proxy", "worker", f"relay.url={url}", "relay.name=real"]
-        cmd += ["engine.max_batch_size=2", "run.log_level=info"]
-        env = {**os.environ, "CODERL_RELAY__TOKEN": TOKEN}  # the token from the environment
-        log = (tmp_path / "real.log").open("wb")
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
-        try:
-            wait_workers(base, {"real"}, tmp_path, timeout_s=120)
-            s = httpx.post(f"{base}/sessions", headers=ADMIN_H).json()
-            client = openai.OpenAI(base_url=s["openai_base_url"], api_key=s["secret"], max_retries=0)
-            reply = client.chat.completions.create(
-                model="smol",
-                messages=[{"role": "user", "content": "Say hi."}],
-                max_tokens=6,
-                seed=3,
-                logprobs=True,
-            )
-            rec = httpx.get(f"{base}/sessions/{s['id']}", headers=ADMIN_H).json()
-            (call,) = rec["calls"]
-            assert reply.choices[0].logprobs is not None and reply.choices[0].logprobs.content is not None
-            assert [t.logprob for t in reply.choices[0].logprobs.content] == pytest.approx(call["logprobs"])
-            ref = hf_logprobs(hf_model, call["prompt_ids"], call["completion_ids"])
-            assert sum(abs(a - b) for a, b in zip(ref, call["logprobs"], strict=True)) / len(ref) < 1e-3
-            (worker,) = workers(base)["workers"]
-            assert worker["model"] == "SmolLM2-135M-Instruct" and worker["served"] == 1
+    export, serve_line, worker_export, worker_line, http_worker_line, curl_line = readme_relay_commands()
+    assert serve_line.startswith("coderl proxy serve proxy.mode=relay") and "proxy-host:8100" in worker_line
+    assert "engine.type=http engine.api=vllm" in http_worker_line  # needs a vLLM server: not run here
+    tokens = subprocess.run(  # the README's export line makes both tokens
+        ["bash", "-c", f"{export}; echo $CODERL_PROXY__ADMIN_TOKEN $CODERL_PROXY__WORKER_TOKEN"],
+        capture_output=True, text=True, check=True,
+    ).stdout.split()  # fmt: skip
+    assert len(tokens) == 2 and all(re.fullmatch(r"[0-9a-f]{48}", t) for t in tokens), tokens
+    admin_h = {"Authorization": f"Bearer {tokens[0]}"}
+    env = {**os.environ, "CODERL_PROXY__ADMIN_TOKEN": tokens[0], "CODERL_PROXY__WORKER_TOKEN": tokens[1]}
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
 
-            # weight sync through the relay: the worker reloads a checkpoint folder (the same weights)
-            update = f"{base}/workers/update_weights"
-            assert httpx.post(update, json={"path": str(checkpoint)}).status_code == 401  # admin only
-            bad = httpx.post(update, json={"path": str(tmp_path / "none")}, headers=ADMIN_H, timeout=60)
-            assert bad.status_code == 400 and "no safetensors weights" in bad.json()["error"]["message"]
-            good = httpx.post(update, json={"path": str(checkpoint)}, headers=ADMIN_H, timeout=120)
-            assert good.json() == {"policy_version": 1, "workers": 1}, good.text
-            client.chat.completions.create(
-                model="smol", messages=[{"role": "user", "content": "Again."}], max_tokens=2, seed=3
-            )
-            calls = httpx.get(f"{base}/sessions/{s['id']}", headers=ADMIN_H).json()["calls"]
-            assert [c["policy_version"] for c in calls] == [0, 1]
+    def readme_line(line: str) -> str:  # the README's host, port, record and GPU moved to this machine
+        line = line.replace("proxy-host:8100", f"127.0.0.1:{port}").replace(
+            "/data/proxy.sqlite", str(tmp_path / "p.db")
+        )
+        return line.replace(
+            "model.device=cuda", "model.device=cpu"
+        ) + f" proxy.port={port}" * line.startswith("coderl proxy serve")
 
-            proc.send_signal(signal.SIGTERM)  # drains and leaves cleanly
-            assert proc.wait(timeout=60) == 0, (tmp_path / "real.log").read_text()
-            after = workers(base)
-            assert after["workers"] == [] and after["left_workers"] == 1 and after["lost_workers"] == 0
-        finally:
-            stop(proc)
+    proxy = subprocess.Popen(
+        ["bash", "-c", f"exec {readme_line(serve_line)} run.log_level=warning"],
+        cwd=ROOT, stdout=(tmp_path / "proxy.log").open("wb"), stderr=subprocess.STDOUT, env=env,
+    )  # fmt: skip
+    worker_env = {**os.environ, "CODERL_RELAY__TOKEN": tokens[1]}
+    assert worker_export == "export CODERL_RELAY__TOKEN=<the proxy's worker token>"
+    log = (tmp_path / "real.log").open("wb")
+    proc = subprocess.Popen(
+        ["bash", "-c", f"exec {readme_line(worker_line)} run.log_level=info"],
+        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=worker_env,
+    )  # fmt: skip
+    try:
+        wait_healthy(f"{base}/health", proxy)
+        deadline = time.monotonic() + 120
+        while not httpx.get(f"{base}/workers", headers=admin_h, timeout=10).json()["workers"]:
+            assert proc.poll() is None and time.monotonic() < deadline, read_logs(tmp_path)
+            time.sleep(0.3)
+        curl = subprocess.run(["bash", "-c", readme_line(curl_line)], env=env, capture_output=True, text=True)
+        (listed,) = json.loads(curl.stdout)["workers"]  # the README's curl, with the README's admin token
+        assert (
+            listed["name"] == "gpu-1"
+            and listed["capacity"] == 32
+            and listed["model"] == "SmolLM2-135M-Instruct"
+        )
+        s = httpx.post(f"{base}/sessions", headers=admin_h).json()
+        client = openai.OpenAI(base_url=s["openai_base_url"], api_key=s["secret"], max_retries=0)
+        reply = client.chat.completions.create(
+            model="smol",
+            messages=[{"role": "user", "content": "Say hi."}],
+            max_tokens=6,
+            seed=3,
+            logprobs=True,
+        )
+        rec = httpx.get(f"{base}/sessions/{s['id']}", headers=admin_h).json()
+        (call,) = rec["calls"]
+        assert reply.choices[0].logprobs is not None and reply.choices[0].logprobs.content is not None
+        assert [t.logprob for t in reply.choices[0].logprobs.content] == pytest.approx(call["logprobs"])
+        ref = hf_logprobs(hf_model, call["prompt_ids"], call["completion_ids"])
+        assert sum(abs(a - b) for a, b in zip(ref, call["logprobs"], strict=True)) / len(ref) < 1e-3
+
+        # weight sync through the relay: the worker reloads a checkpoint folder (the same weights)
+        update = f"{base}/workers/update_weights"
+        assert httpx.post(update, json={"path": str(checkpoint)}).status_code == 401  # admin only
+        bad = httpx.post(update, json={"path": str(tmp_path / "none")}, headers=admin_h, timeout=60)
+        assert bad.status_code == 400 and "no safetensors weights" in bad.json()["error"]["message"]
+        good = httpx.post(update, json={"path": str(checkpoint)}, headers=admin_h, timeout=120)
+        assert good.json() == {"policy_version": 1, "workers": 1}, good.text
+        client.chat.completions.create(
+            model="smol", messages=[{"role": "user", "content": "Again."}], max_tokens=2, seed=3
+        )
+        calls = httpx.get(f"{base}/sessions/{s['id']}", headers=admin_h).json()["calls"]
+        assert [c["policy_version"] for c in calls] == [0, 1]
+
+        proc.send_signal(signal.SIGTERM)  # drains and leaves cleanly
+        assert proc.wait(timeout=60) == 0, (tmp_path / "real.log").read_text()
+        after = httpx.get(f"{base}/workers", headers=admin_h, timeout=10).json()
+        assert after["workers"] == [] and after["left_workers"] == 1 and after["lost_workers"] == 0
+    finally:
+        stop(proc)
+        stop(proxy)
