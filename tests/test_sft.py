@@ -21,7 +21,7 @@ from coderl.tasks import grade, load_tasks
 from coderl.train.actor import Actor
 from coderl.train.config import ActorConfig, SFTConfig
 from coderl.train.demos import NOT_IN_ISSUE, _changed_span, gold_plan, gold_turns, issue_callee, one_line_fix
-from coderl.train.sft import build_demos, nll_loss, train_sft
+from coderl.train.sft import build_demos, nll_loss, synth_kind, train_sft
 from coderl.types import Trajectory
 from tests.test_tasks import GOLD, make_native
 
@@ -91,6 +91,16 @@ async def test_demonstrations_are_the_loops_own_rendering_and_resolve(tmp_path: 
     assert none == [] and skipped[source]["held_out_skipped"] == 1  # a held-out task is never demonstrated
     with pytest.raises(ConfigError, match="gold:TASK_SOURCE or runs:RUN_DIR"):
         await build_demos(cfg, chat, held_out=[], data=["somewhere"])
+    only = cfg.model_copy(update={"sft": cfg.sft.model_copy(update={"gold_kinds": ["negation"]})})
+    none, skipped = await build_demos(only, chat, held_out=[], data=[source])
+    assert none == [] and skipped[source]["other_kind"] == 1  # not a synthesized task: no kind to match
+
+
+def test_gold_kinds_name_the_synthesized_mutation_kinds() -> None:
+    synth = load_tasks("bundled:spanlib-s005")[0]
+    assert synth_kind(synth) == "off_by_one" and synth_kind(load_tasks("bundled:warmup")[0]) is None
+    with pytest.raises(ValueError, match="unknown mutation kind 'negate'; valid kinds: operator, comparison"):
+        SFTConfig(gold_kinds=["negate"])
 
 
 def test_the_nll_counts_model_tokens_only() -> None:

@@ -9,6 +9,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from coderl.section import Section
+from coderl.tasks.synth.mutate import KINDS
 
 DEFAULT_LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
@@ -146,6 +147,18 @@ class SFTConfig(Section):
     """Demonstrations per optimizer step."""
     max_demos: int | None = Field(None, ge=1)
     """Most demonstrations used (a seeded sample); empty = all."""
+    gold_kinds: list[str] = []
+    """gold: sources demonstrate only synthesized tasks of these mutation kinds (the task's
+    metadata.synth.kind: operator, comparison, boolean, negation, off_by_one, swap_args, drop_branch,
+    drop_return, constant); empty = every task. Tasks of other kinds are skipped and counted."""
     before_rl: bool = False
     """coderl train: run the warm start on sft.data after the step-0 validation, then validate again
     and start RL from the result."""
+
+    @field_validator("gold_kinds")
+    @classmethod
+    def _known_kinds(cls, value: list[str]) -> list[str]:
+        unknown = [k for k in value if k not in KINDS]
+        if unknown:
+            raise ValueError(f"unknown mutation kind {unknown[0]!r}; valid kinds: {', '.join(KINDS)}")
+        return value

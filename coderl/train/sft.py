@@ -55,12 +55,20 @@ async def build_demos(
         if kind == "gold":
             every = load_tasks(rest)
             tasks, _ = without_overlap(every, held_out)
+            other_kind = 0
+            if cfg.sft.gold_kinds:
+                wanted = [t for t in tasks if synth_kind(t) in cfg.sft.gold_kinds]
+                other_kind, tasks = len(tasks) - len(wanted), wanted
             if cfg.sft.max_demos is not None:  # a seeded sample is enough: play tasks until it is made
                 random.Random(cfg.run.seed).shuffle(tasks)
             made, counts = await gold_demonstrations(
                 tasks, cfg.rollout, cfg.sandbox, chat, cfg.tasks.concurrency, cfg.sft.max_demos
             )
-            report[source] = {**counts, "held_out_skipped": len(every) - len(tasks)}
+            report[source] = {
+                **counts,
+                "held_out_skipped": len(every) - len(tasks) - other_kind,
+                "other_kind": other_kind,
+            }
         elif kind == "runs":
             every_demo = rollout_demonstrations([Path(rest)])
             made = [d for d in every_demo if d.task_id not in held_ids]
@@ -72,6 +80,12 @@ async def build_demos(
     if leaked:  # cannot happen by construction; the guard keeps it so
         raise ConfigError(f"sft.data: demonstrations of held-out tasks {leaked[:5]}")
     return demos, report
+
+
+def synth_kind(task: Task) -> str | None:
+    """The mutation kind a synthesized task was made with (None for other tasks)."""
+    synth = task.metadata.get("synth") if isinstance(task.metadata, dict) else None
+    return synth.get("kind") if isinstance(synth, dict) else None
 
 
 def train_sft(
