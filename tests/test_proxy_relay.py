@@ -434,6 +434,11 @@ def test_the_readme_relay_commands_serve_the_real_model(
         assert [t.logprob for t in reply.choices[0].logprobs.content] == pytest.approx(call["logprobs"])
         ref = hf_logprobs(hf_model, call["prompt_ids"], call["completion_ids"])
         assert sum(abs(a - b) for a, b in zip(ref, call["logprobs"], strict=True)) / len(ref) < 1e-3
+        stream = client.chat.completions.create(  # streamed through the relay, token by token
+            model="smol", messages=[{"role": "user", "content": "Say hi."}], max_tokens=6, seed=3, stream=True
+        )
+        pieces = [c.choices[0].delta.content for c in stream if c.choices and c.choices[0].delta.content]
+        assert len(pieces) > 1 and "".join(pieces) == reply.choices[0].message.content
 
         # weight sync through the relay: the worker reloads a checkpoint folder (the same weights)
         update = f"{base}/workers/update_weights"
@@ -446,7 +451,7 @@ def test_the_readme_relay_commands_serve_the_real_model(
             model="smol", messages=[{"role": "user", "content": "Again."}], max_tokens=2, seed=3
         )
         calls = httpx.get(f"{base}/sessions/{s['id']}", headers=admin_h).json()["calls"]
-        assert [c["policy_version"] for c in calls] == [0, 1]
+        assert [c["policy_version"] for c in calls] == [0, 0, 1]
 
         proc.send_signal(signal.SIGTERM)  # drains and leaves cleanly
         assert proc.wait(timeout=60) == 0, (tmp_path / "real.log").read_text()

@@ -27,6 +27,7 @@ from coderl.proxy.relay_protocol import (
     Pong,
     RelayProtocolError,
     Result,
+    Tokens,
     Updated,
     encode,
     parse_proxy_message,
@@ -45,8 +46,10 @@ def test_valid_frames_round_trip() -> None:
     result = Result(id="r1", token_ids=[5, 6], logprobs=[-0.5, -1.0], finish_reason="stop", policy_version=3)
     assert parse_worker_message(encode(result)) == result
     assert result.completion("gpu-1").replica == "gpu-1"
-    generate = Generate(id="r2", prompt_ids=[1, 2], params=P, session_id="s1")
+    generate = Generate(id="r2", prompt_ids=[1, 2], params=P, session_id="s1", stream=True)
     assert parse_proxy_message(encode(generate)) == generate
+    tokens = Tokens(id="r2", token_ids=[7], logprobs=[-0.25])
+    assert parse_worker_message(encode(tokens)) == tokens
 
 
 @pytest.mark.parametrize(
@@ -77,6 +80,8 @@ def test_valid_frames_round_trip() -> None:
             "token_ids",
         ),
         ('{"type": "error", "id": "r", "status": 200, "message": "fine"}', "status"),
+        ('{"type": "tokens", "id": "r", "token_ids": [], "logprobs": []}', "token_ids"),
+        ('{"type": "tokens", "id": "r", "token_ids": [1], "logprobs": []}', "1 token_ids but 0 logprobs"),
         ('{"type": "generate", "id": "r", "prompt_ids": [1], "params": {}}', "generate"),  # proxy-only type
     ],
 )
@@ -258,6 +263,59 @@ async def test_a_lost_worker_s_calls_move_and_its_late_answer_is_dropped() -> No
         assert stats["redispatched"] == held and stats["lost_workers"] == 1 and stats["late_answers"] == 1
         assert stats["moved_sessions"] == 1 + held  # "keep" and the sessions that were on w1
         assert [w["name"] for w in stats["workers"]] == ["w2"] and stats["workers"][0]["served"] == 7
+
+
+async def test_streamed_tokens_reach_the_sink_and_a_worker_lost_after_streaming_fails_the_call() -> None:
+    async with hub() as engine:
+        w1, w2 = FakeWorker(engine, "w1"), FakeWorker(engine, "w2")
+        w1.hold = w2.hold = True
+        got: list[tuple[list[int], list[float]]] = []
+        call = asyncio.create_task(engine.generate_streaming([1], P, lambda i, lp: got.append((i, lp)), "s"))
+        await until(lambda: len(w1.held) == 1)
+        (request,) = w1.held
+        assert request.stream
+        w1.reply(Tokens(id=request.id, token_ids=[5, 6], logprobs=[-0.5, -0.6]))
+        w1.reply(Tokens(id=request.id, token_ids=[7], logprobs=[-0.7]))
+        await until(lambda: len(got) == 2)  # handed on as they arrived, before the result
+        assert got == [([5, 6], [-0.5, -0.6]), ([7], [-0.7])] and not call.done()
+        w1.reply(Result(id=request.id, token_ids=[5, 6, 7], logprobs=[-0.5, -0.6, -0.7], finish_reason="stop",
+                        policy_version=0))  # fmt: skip
+        assert (await call).token_ids == [5, 6, 7]
+
+        call = asyncio.create_task(engine.generate_streaming([1], P, lambda i, lp: got.append((i, lp)), "s"))
+        await until(lambda: len(w1.held) == 2)
+        w1.reply(Tokens(id=w1.held[1].id, token_ids=[8], logprobs=[-0.8]))
+        await until(lambda: len(got) == 3)
+        engine.drop(w1.link, "test: connection dropped")
+        with pytest.raises(EngineUnavailableError, match="after streaming 1 tokens"):
+            await call  # the client has seen a token: another worker would start over
+        assert w2.held == [] and engine.stats()["redispatched"] == 0
+
+        plain = asyncio.create_task(engine.generate([1], P, "t"))
+        await until(lambda: len(w2.held) == 1)
+        assert not w2.held[0].stream
+        with pytest.raises(RelayProtocolError, match="which is not streamed"):
+            w2.reply(Tokens(id=w2.held[0].id, token_ids=[1], logprobs=[-1.0]))
+        w2.reply(w2.result(w2.held[0]))
+        await plain
+        for w in (w1, w2):
+            w.task.cancel()
+
+
+async def test_a_result_that_contradicts_the_streamed_tokens_drops_the_worker() -> None:
+    async with hub() as engine:
+        w1 = FakeWorker(engine, "w1")
+        w1.hold = True
+        call = asyncio.create_task(engine.generate_streaming([1], P, lambda i, lp: None))
+        await until(lambda: len(w1.held) == 1)
+        w1.reply(Tokens(id=w1.held[0].id, token_ids=[5], logprobs=[-0.5]))
+        w1.reply(
+            Result(id=w1.held[0].id, token_ids=[6], logprobs=[-0.5], finish_reason="stop", policy_version=0)
+        )
+        with pytest.raises(EngineUnavailableError, match="other tokens than it streamed"):
+            await call
+        assert engine.stats()["workers"] == [] and engine.stats()["lost_workers"] == 1
+        w1.task.cancel()
 
 
 async def test_no_worker_waits_then_fails_unavailable_and_a_joining_worker_serves() -> None:

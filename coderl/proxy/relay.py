@@ -13,7 +13,9 @@ proxy's service calls ``generate`` as on any engine; each call goes to one worke
   lost worker matches nothing and is dropped: the proxy records only the completion it returns;
 - with no worker connected a call waits up to ``dispatch_timeout_s`` for one, then fails with
   :class:`EngineUnavailableError` (the proxy answers 503 with Retry-After);
-- cancelling a call sends ``cancel`` to its worker.
+- cancelling a call sends ``cancel`` to its worker;
+- ``generate_streaming`` asks the worker for ``tokens`` frames and hands them to the caller's sink as
+  they arrive; once tokens are out, a lost worker fails the call (another worker would start over).
 
 ``update_weights(path)`` makes every connected worker load that checkpoint folder; a worker that
 connects later with other weights loads the newest path before it gets any call.
@@ -33,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from coderl.engine.base import Engine
+from coderl.engine.base import Engine, TokenSink
 from coderl.engine.params import SamplingParams
 from coderl.errors import ConfigError, EngineError, EngineOverloadedError, EngineUnavailableError
 from coderl.proxy.config import ProxyConfig
@@ -53,6 +55,7 @@ from coderl.proxy.relay_protocol import (
     Pong,
     RelayProtocolError,
     Result,
+    Tokens,
     Updated,
     UpdateWeights,
     Welcome,
@@ -96,6 +99,8 @@ class WorkerLink:
     outbox: asyncio.Queue[str] = field(default_factory=asyncio.Queue)
     waiting: dict[str, asyncio.Future[Answer]] = field(default_factory=dict)
     """Requests sent to this worker and not answered yet (generate and update_weights), by id."""
+    sinks: dict[str, TokenSink] = field(default_factory=dict)
+    """Where the ``tokens`` frames of streamed requests go, by id."""
     connected_at: float = field(default_factory=time.time)
     last_seen: float = field(default_factory=time.monotonic)
     last_used: int = 0
@@ -211,17 +216,58 @@ class RelayEngine(Engine):
     async def generate(
         self, prompt_ids: list[int], params: SamplingParams, session_id: str | None = None
     ) -> Completion:
+        return await self._dispatch(prompt_ids, params, session_id, None)
+
+    async def generate_streaming(
+        self,
+        prompt_ids: list[int],
+        params: SamplingParams,
+        on_tokens: TokenSink,
+        session_id: str | None = None,
+    ) -> Completion:
+        return await self._dispatch(prompt_ids, params, session_id, on_tokens)
+
+    async def _dispatch(
+        self, prompt_ids: list[int], params: SamplingParams, session_id: str | None, sink: TokenSink | None
+    ) -> Completion:
         tried: set[str] = set()
         last = "no attempt yet"
+        streamed: list[int] = []
+
+        def forward(ids: list[int], logprobs: list[float]) -> None:
+            streamed.extend(ids)
+            assert sink is not None
+            sink(ids, logprobs)
+
         for attempt in range(self.cfg.redispatch_limit + 1):
             link = await self._pick(session_id, tried, last)
             request_id = self._new_id()
-            answer = await self._ask(
-                link,
-                request_id,
-                Generate(id=request_id, prompt_ids=prompt_ids, params=params, session_id=session_id),
-            )
+            if sink is not None:
+                link.sinks[request_id] = forward
+            try:
+                answer = await self._ask(
+                    link,
+                    request_id,
+                    Generate(
+                        id=request_id,
+                        prompt_ids=prompt_ids,
+                        params=params,
+                        session_id=session_id,
+                        stream=sink is not None,
+                    ),
+                )
+            finally:
+                link.sinks.pop(request_id, None)
             if isinstance(answer, Result):
+                if streamed and streamed != answer.token_ids[: len(streamed)]:
+                    self.drop(
+                        link,
+                        f"its result for {request_id} differs from the tokens it streamed",
+                        CLOSE_BAD_MESSAGE,
+                    )
+                    raise EngineUnavailableError(
+                        f"relay worker {link.name!r} answered other tokens than it streamed; it was dropped"
+                    )
                 link.served += 1
                 link.policy_version = answer.policy_version
                 self._last_version = max(self._last_version, answer.policy_version)
@@ -237,6 +283,10 @@ class RelayEngine(Engine):
                     answer.reason if isinstance(answer, Lost) else f"error {answer.status}: {answer.message}"
                 )
             last = f"worker {link.name!r}: {why}"
+            if streamed:  # its tokens are out already: another worker would start over
+                raise EngineUnavailableError(
+                    f"the call lost its worker after streaming {len(streamed)} tokens; {last}"
+                )
             tried.add(link.id)
             if attempt < self.cfg.redispatch_limit:
                 self.counters["redispatched"] += 1
@@ -323,6 +373,17 @@ class RelayEngine(Engine):
             log.info("relay: worker %s is draining", link.name)
         elif isinstance(message, Hello):
             raise RelayProtocolError(f"worker {link.name!r} sent a second hello")
+        elif isinstance(message, Tokens):
+            sink = link.sinks.get(message.id)
+            future = link.waiting.get(message.id)
+            if future is None or future.done():  # cancelled, or re-dispatched after a timeout
+                self.counters["late_answers"] += 1
+            elif sink is None:
+                raise RelayProtocolError(
+                    f"worker {link.name!r} streamed tokens of {message.id}, which is not streamed"
+                )
+            else:
+                sink(list(message.token_ids), list(message.logprobs))
         else:
             future = link.waiting.get(message.id)
             if future is None or future.done():  # cancelled, or re-dispatched after a timeout

@@ -4,7 +4,8 @@ A worker opens ``/ws/worker`` with ``Authorization: Bearer <proxy.worker_token>`
 
     worker -> proxy   hello {protocol, name, instance, capacity, model, policy_version, weights_tag}
     proxy  -> worker  welcome {worker_id, heartbeat_s, worker_timeout_s}
-    proxy  -> worker  generate {id, prompt_ids, params, session_id}
+    proxy  -> worker  generate {id, prompt_ids, params, session_id, stream}
+    worker -> proxy   tokens {id, token_ids, logprobs}   (only when stream: the tokens sampled since the last)
     worker -> proxy   result {id, token_ids, logprobs, finish_reason, policy_version, ...} | error {id, status, message}
     proxy  -> worker  cancel {id}                       (the caller went away; no answer expected)
     proxy  -> worker  ping {t}  ->  worker -> proxy  pong {t}      (every proxy.heartbeat_s)
@@ -28,7 +29,8 @@ from coderl.types import Completion
 
 M = TypeVar("M")
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
+"""2: streamed generation (``generate.stream`` and ``tokens`` frames)."""
 MAX_FRAME_BYTES = 64 * 2**20
 """Largest frame either side accepts (a long prompt's ids are a few hundred KiB of JSON)."""
 
@@ -74,6 +76,29 @@ class Generate(_Frame):
     prompt_ids: list[int] = Field(min_length=1)
     params: SamplingParams
     session_id: str | None = None
+    stream: bool = False
+    """Send ``tokens`` frames as the engine samples, before the ``result`` (which still holds them all)."""
+
+
+def _same_length(token_ids: list[int], logprobs: list[float]) -> None:
+    if len(token_ids) != len(logprobs):
+        raise ValueError(
+            f"{len(token_ids)} token_ids but {len(logprobs)} logprobs; each token needs its logprob"
+        )
+
+
+class Tokens(_Frame):
+    """Tokens of a streamed ``generate`` sampled since the previous ``tokens`` frame, in order."""
+
+    type: Literal["tokens"] = "tokens"
+    id: str = Field(min_length=1, max_length=64)
+    token_ids: list[int] = Field(min_length=1)
+    logprobs: list[float]
+
+    @model_validator(mode="after")
+    def _aligned(self) -> Tokens:
+        _same_length(self.token_ids, self.logprobs)
+        return self
 
 
 class Result(_Frame):
@@ -92,10 +117,7 @@ class Result(_Frame):
 
     @model_validator(mode="after")
     def _aligned(self) -> Result:
-        if len(self.token_ids) != len(self.logprobs):
-            raise ValueError(
-                f"{len(self.token_ids)} token_ids but {len(self.logprobs)} logprobs; each token needs its logprob"
-            )
+        _same_length(self.token_ids, self.logprobs)
         return self
 
     @classmethod
@@ -171,9 +193,13 @@ class Drain(_Frame):
     type: Literal["drain"] = "drain"
 
 
-WorkerMessage = Annotated[Hello | Result | Error | Pong | Updated | Drain, Field(discriminator="type")]
+WorkerMessage = Annotated[
+    Hello | Tokens | Result | Error | Pong | Updated | Drain, Field(discriminator="type")
+]
 ProxyMessage = Annotated[Welcome | Generate | Cancel | Ping | UpdateWeights, Field(discriminator="type")]
-_FROM_WORKER: TypeAdapter[Hello | Result | Error | Pong | Updated | Drain] = TypeAdapter(WorkerMessage)
+_FROM_WORKER: TypeAdapter[Hello | Tokens | Result | Error | Pong | Updated | Drain] = TypeAdapter(
+    WorkerMessage
+)
 _FROM_PROXY: TypeAdapter[Welcome | Generate | Cancel | Ping | UpdateWeights] = TypeAdapter(ProxyMessage)
 
 
@@ -187,7 +213,7 @@ def encode(message: _Frame) -> str:
     return message.model_dump_json()
 
 
-def parse_worker_message(frame: str | bytes) -> Hello | Result | Error | Pong | Updated | Drain:
+def parse_worker_message(frame: str | bytes) -> Hello | Tokens | Result | Error | Pong | Updated | Drain:
     """One frame a worker sent, validated (:class:`RelayProtocolError` if it is not a valid message)."""
     return _parse(_FROM_WORKER, frame, "worker")
 

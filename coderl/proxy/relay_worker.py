@@ -49,6 +49,7 @@ from coderl.proxy.relay_protocol import (
     Pong,
     RelayProtocolError,
     Result,
+    Tokens,
     Updated,
     UpdateWeights,
     Welcome,
@@ -56,10 +57,11 @@ from coderl.proxy.relay_protocol import (
     encode,
     parse_proxy_message,
 )
+from coderl.types import Completion
 
 log = logging.getLogger(__name__)
 
-Send = Callable[[Result | Error | Pong | Updated | Drain], Awaitable[None]]
+Send = Callable[[Tokens | Result | Error | Pong | Updated | Drain], Awaitable[None]]
 
 
 class RelayAuthError(ProxyError, PermissionError):
@@ -188,7 +190,7 @@ class RelayWorker:
         lock = asyncio.Lock()
         last_seen = time.monotonic()
 
-        async def send(message: Result | Error | Pong | Updated | Drain) -> None:
+        async def send(message: Tokens | Result | Error | Pong | Updated | Drain) -> None:
             async with lock:
                 await ws.send(encode(message))
 
@@ -250,9 +252,12 @@ class RelayWorker:
     async def _generate(self, message: Generate, send: Send, tasks: dict[str, asyncio.Task[None]]) -> None:
         try:
             async with self._slots:
-                completion = await self.engine.generate(
-                    message.prompt_ids, message.params, message.session_id
-                )
+                if message.stream:
+                    completion = await self._stream(message, send)
+                else:
+                    completion = await self.engine.generate(
+                        message.prompt_ids, message.params, message.session_id
+                    )
             reply: Result | Error = Result.of(message.id, completion)
             self.served += 1
         except Exception as exc:
@@ -261,6 +266,41 @@ class RelayWorker:
             tasks.pop(message.id, None)
         with contextlib.suppress(Exception):  # the connection is gone: the proxy re-dispatches the call
             await send(reply)
+
+    async def _stream(self, message: Generate, send: Send) -> Completion:
+        """Generate, sending the tokens sampled so far as one ``tokens`` frame whenever the connection is
+        free (so a slow link gets fewer, larger frames), all of them before the result."""
+        pending: tuple[list[int], list[float]] = ([], [])
+        ready = asyncio.Event()
+        done = False
+
+        def collect(ids: list[int], logprobs: list[float]) -> None:
+            pending[0].extend(ids)
+            pending[1].extend(logprobs)
+            ready.set()
+
+        async def pump() -> None:
+            while True:
+                await ready.wait()
+                ready.clear()
+                if pending[0]:
+                    ids, logprobs = pending[0][:], pending[1][:]
+                    del pending[0][:], pending[1][:]
+                    await send(Tokens(id=message.id, token_ids=ids, logprobs=logprobs))
+                if done:
+                    return
+
+        sender = asyncio.create_task(pump())
+        try:
+            completion = await self.engine.generate_streaming(
+                message.prompt_ids, message.params, collect, message.session_id
+            )
+            done = True
+            ready.set()
+            await sender  # every streamed token is sent before the result
+        finally:
+            sender.cancel()
+        return completion
 
     async def _update(self, message: UpdateWeights, send: Send, tasks: dict[str, asyncio.Task[None]]) -> None:
         try:
