@@ -146,6 +146,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_lazy("coderl.cli.tasks_cmd", "run_tasks_validate"))
     p = tasks.add_parser("convert", help="write tasks.source as a self-contained Parquet dataset")
     p.add_argument("output", help="output .parquet file")
+    p.add_argument(
+        "--format",
+        choices=("coderl", "verl"),
+        default="coderl",
+        help="coderl: a task dataset coderl reads back (tasks.source=parquet:FILE); verl: verl's RL dataset "
+        "schema (data_source, prompt, ability, reward_model, extra_info, agent_name) for data.train_files, "
+        "each row carrying its whole task for the coderl agent loop",
+    )
+    p.add_argument("--agent-name", default="coderl", help="verl: the agent_name of every row (default: coderl)")
     _config_args(p)
     p.set_defaults(func=_lazy("coderl.cli.tasks_cmd", "run_tasks_convert"))
 
@@ -215,9 +224,23 @@ def _lazy(module: str, attr: str) -> Handler:
     return run
 
 
+def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """Parse, letting the config file and overrides come after a command's options too
+    (``coderl tasks convert OUT --format verl tasks.source=...``): argparse alone fills its trailing
+    positionals before the options and refuses what follows them."""
+    ns, extra = parser.parse_known_args(argv)
+    if extra:
+        if not hasattr(ns, "overrides") or any(e.startswith("-") for e in extra):
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        if ns.config is None and not ns.overrides and "=" not in extra[0]:
+            ns.config, extra = extra[0], extra[1:]
+        ns.overrides = [*ns.overrides, *extra]
+    return ns
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    ns = parser.parse_args(argv)
+    ns = _parse(parser, argv)
     logging.basicConfig(
         level=logging.DEBUG if ns.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

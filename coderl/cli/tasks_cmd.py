@@ -76,8 +76,13 @@ def run_tasks_convert(ns: argparse.Namespace) -> int:
     cfg = config_from_args(ns)
     tasks = load_tasks(cfg.tasks.source)
     out = Path(ns.output)
-    write_parquet(tasks, out)
-    Console(stderr=True).print(f"wrote {len(tasks)} tasks to {out}")
+    if ns.format == "verl":
+        from coderl.integrations.verl_bridge import write_verl_parquet
+
+        write_verl_parquet(tasks, out, agent_name=ns.agent_name)
+    else:
+        write_parquet(tasks, out)
+    Console(stderr=True).print(f"wrote {len(tasks)} tasks to {out} ({ns.format} format)")
     return 0
 
 

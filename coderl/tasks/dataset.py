@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from coderl.errors import TaskError
 from coderl.tasks.snapshot import pack_folder, unpacked
@@ -18,31 +19,55 @@ OPTIONAL = ("env",)
 """Columns added later: a dataset written before them still reads (with their defaults)."""
 
 
+def task_row(t: Task) -> dict[str, Any]:
+    """One task as a dataset row (the :data:`COLUMNS`, the snapshot as tar.gz bytes)."""
+    return {
+        "id": t.id,
+        "tier": t.tier,
+        "source": t.source,
+        "instruction": t.instruction,
+        "fail_to_pass": t.fail_to_pass,
+        "pass_to_pass": t.pass_to_pass,
+        "hidden_tests": json.dumps(t.hidden_tests),
+        "test_patch": t.test_patch,
+        "gold_patch": t.gold_patch,
+        "workdir": t.workdir,
+        "test_command": t.test_command,
+        "verifier": t.verifier,
+        "timeout_s": t.timeout_s,
+        "metadata": json.dumps(t.metadata, default=str),
+        "env": json.dumps(t.env),
+        "repo_archive": pack_folder(t.repo) if t.repo.is_dir() else t.repo.read_bytes(),
+    }
+
+
+def row_task(row: dict[str, Any]) -> Task:
+    """The task of a :func:`task_row` row (its snapshot unpacked once into a cache folder)."""
+    return Task(
+        id=row["id"],
+        instruction=row["instruction"],
+        repo=unpacked(row["repo_archive"], row["id"]),
+        fail_to_pass=list(row["fail_to_pass"] or []),
+        pass_to_pass=list(row["pass_to_pass"] or []),
+        hidden_tests=json.loads(row["hidden_tests"] or "{}"),
+        test_patch=row["test_patch"],
+        gold_patch=row["gold_patch"],
+        tier=row["tier"] or "",
+        source=row["source"] or "",
+        workdir=row["workdir"],
+        test_command=row["test_command"],
+        verifier=row["verifier"],
+        timeout_s=float(row["timeout_s"]),
+        metadata=json.loads(row["metadata"] or "{}"),
+        env=json.loads(row.get("env") or "{}"),
+    )
+
+
 def write_parquet(tasks: list[Task], path: Path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    rows = [
-        {
-            "id": t.id,
-            "tier": t.tier,
-            "source": t.source,
-            "instruction": t.instruction,
-            "fail_to_pass": t.fail_to_pass,
-            "pass_to_pass": t.pass_to_pass,
-            "hidden_tests": json.dumps(t.hidden_tests),
-            "test_patch": t.test_patch,
-            "gold_patch": t.gold_patch,
-            "workdir": t.workdir,
-            "test_command": t.test_command,
-            "verifier": t.verifier,
-            "timeout_s": t.timeout_s,
-            "metadata": json.dumps(t.metadata, default=str),
-            "env": json.dumps(t.env),
-            "repo_archive": pack_folder(t.repo) if t.repo.is_dir() else t.repo.read_bytes(),
-        }
-        for t in tasks
-    ]
+    rows = [task_row(t) for t in tasks]
     path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.Table.from_pylist(rows), path)
 
@@ -58,26 +83,4 @@ def read_parquet(path: Path) -> list[Task]:
         raise TaskError(
             f"{path}: not a coderl task dataset (missing columns {sorted(missing)}); convert with 'coderl tasks convert'"
         )
-    tasks = []
-    for row in table.to_pylist():
-        tasks.append(
-            Task(
-                id=row["id"],
-                instruction=row["instruction"],
-                repo=unpacked(row["repo_archive"], row["id"]),
-                fail_to_pass=list(row["fail_to_pass"] or []),
-                pass_to_pass=list(row["pass_to_pass"] or []),
-                hidden_tests=json.loads(row["hidden_tests"] or "{}"),
-                test_patch=row["test_patch"],
-                gold_patch=row["gold_patch"],
-                tier=row["tier"] or "",
-                source=row["source"] or "",
-                workdir=row["workdir"],
-                test_command=row["test_command"],
-                verifier=row["verifier"],
-                timeout_s=float(row["timeout_s"]),
-                metadata=json.loads(row["metadata"] or "{}"),
-                env=json.loads(row.get("env") or "{}"),
-            )
-        )
-    return tasks
+    return [row_task(row) for row in table.to_pylist()]
