@@ -154,7 +154,9 @@ def build_parser() -> argparse.ArgumentParser:
         "schema (data_source, prompt, ability, reward_model, extra_info, agent_name) for data.train_files, "
         "each row carrying its whole task for the coderl agent loop",
     )
-    p.add_argument("--agent-name", default="coderl", help="verl: the agent_name of every row (default: coderl)")
+    p.add_argument(
+        "--agent-name", default="coderl", help="verl: the agent_name of every row (default: coderl)"
+    )
     _config_args(p)
     p.set_defaults(func=_lazy("coderl.cli.tasks_cmd", "run_tasks_convert"))
 

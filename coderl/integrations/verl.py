@@ -85,5 +85,11 @@ class CoderlAgentLoop(AgentLoopBase):
         cfg = self.coderl
         result = await run_sample(task, engine, cfg.rollout, cfg.sandbox, self.chat, cfg.tasks.reward)
         fields = agent_loop_fields(result, int(self.rollout_config.response_length))
+        room = int(self.rollout_config.prompt_length)
+        if len(fields["prompt_ids"]) > room:  # verl pads prompts to prompt_length and never cuts them
+            raise ConfigError(
+                f"task {task.id}: coderl's prompt (system prompt, tools and issue) is {len(fields['prompt_ids'])} "
+                f"tokens, over actor_rollout_ref.rollout.prompt_length={room}; raise it to at least that"
+            )
         metrics = AgentLoopMetrics(**fields.pop("metrics"))
         return AgentLoopOutput(**fields, metrics=metrics)

@@ -218,6 +218,7 @@ def agent_loop_fields(result: RolloutResult, response_length: int | None = None)
             "coderl_truncated": truncated,
             "coderl_parts_dropped": len(t.parts),
             "coderl_error": t.error or "",
+            "coderl_patch": t.patch,
         },
     }
 

@@ -1,0 +1,49 @@
+"""The registered ``coderl`` agent loop through verl's own agent-loop code on CPU (tests/verl_check.py),
+with a Python that has verl: this one, or the ``.venv-verl`` that scripts/setup.sh makes (verl with
+the few packages its agent-loop path imports, beside this Python's torch and transformers)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import hf_logprobs
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def verl_python() -> str:
+    if importlib.util.find_spec("verl") is not None:
+        return sys.executable
+    venv = ROOT / ".venv-verl" / "bin" / "python"
+    if not venv.exists():
+        pytest.skip(
+            "verl is not installed here, and there is no .venv-verl (bash scripts/setup.sh makes one)"
+        )
+    return str(venv)
+
+
+@pytest.mark.slow
+def test_the_registered_loop_through_verls_agent_loop_code(tmp_path: Path, hf_model: Any) -> None:
+    done = subprocess.run(
+        [verl_python(), "-m", "tests.verl_check", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-4000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got["task_id"] == "spanlib-s005" and got["index"] == 1  # the row verl's RLHFDataset read back
+    assert got["calls"] == got["turns"] == 2 and len(got["request_ids"]) == 1  # one sticky request id
+    assert got["reward_score"] == got["grade_reward"]  # the grader's reward, as coderl eval grades the patch
+    assert got["padded_response_mask"] == got["model_tokens"] > 0 and got["env_tokens"] > 0
+    assert got["padded_shape"] == [1, 4096]  # verl's own padding: prompt_length + response_length
+    for prompt, tokens, logprobs in got["logprobs"]:  # the server's logprobs, against an independent forward
+        ref = hf_logprobs(hf_model, prompt, tokens)
+        assert sum(abs(a - b) for a, b in zip(ref, logprobs, strict=True)) / len(ref) < 1e-3
+    assert "over actor_rollout_ref.rollout.prompt_length=64; raise it to at least" in got["prompt_error"]
+    assert got["gold_reward_score"] == 1.0 and got["gold_resolved"] and got["gold_rm_scores_last"] == 1.0
