@@ -174,3 +174,33 @@ def test_verl_versions_outside_the_supported_range_are_refused() -> None:
     if importlib.util.find_spec("verl") is None:  # no verl here: the module says what is missing
         with pytest.raises(ImportError, match=r"needs verl installed \(pip install 'verl>=0.9,<0.10'\)"):
             import coderl.integrations.verl  # noqa: F401
+
+
+@pytest.mark.slow
+async def test_an_unmodified_sdk_agent_through_the_bridge_is_recorded_token_exactly(
+    tmp_path: Path, engine: Any, tokenizer: Any
+) -> None:
+    from tests.test_remote_agent import COMMAND
+    from tests.test_tasks import make_native
+
+    cfg = recipe("rollout.agent=remote", "rollout.tools=null", "rollout.remote_command=placeholder")
+    rollout = cfg.rollout.model_copy(update={"remote_command": COMMAND, "remote_timeout_s": 120})
+    sandbox = cfg.sandbox.model_copy(update={"network": True})  # the agent reaches its proxy on loopback
+    task = load_tasks(f"native:{make_native(tmp_path)}")[0]
+    client = EngineServerClient(engine)
+    adapter = ServerClientEngine(client, "agent-1", VERL_SAMPLING, decode=tokenizer.decode)
+    result = await run_sample(task, adapter, rollout, sandbox, ChatFormat(tokenizer), cfg.tasks.reward)
+    out = agent_loop_fields(result)
+    assert out["extra_fields"]["coderl_exit_status"] == "submitted", out["extra_fields"]["coderl_error"]
+    assert {c.request_id for c in client.calls} == {"agent-1"} and len(
+        client.calls
+    ) == 3  # 2 turns + sub-agent
+    full = out["prompt_ids"] + out["response_ids"]
+    main = [c for c in client.calls if full[: len(c.prompt_ids)] == c.prompt_ids]
+    assert len(main) == 2  # the main agent's two calls lie on the returned sequence, their tokens after them
+    for call in main:
+        n = len(call.prompt_ids)
+        assert full[n : n + len(call.token_ids)] == call.token_ids
+    assert sum(out["response_mask"]) == sum(len(c.token_ids) for c in main)
+    assert out["extra_fields"]["coderl_parts_dropped"] == 1  # the sub-agent's sequence: verl trains one
+    assert out["reward_score"] == 1.0 and (await grade(task, result.trajectory.patch)).resolved
