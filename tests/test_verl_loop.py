@@ -47,3 +47,47 @@ def test_the_registered_loop_through_verls_agent_loop_code(tmp_path: Path, hf_mo
         assert sum(abs(a - b) for a, b in zip(ref, logprobs, strict=True)) / len(ref) < 1e-3
     assert "over actor_rollout_ref.rollout.prompt_length=64; raise it to at least" in got["prompt_error"]
     assert got["gold_reward_score"] == 1.0 and got["gold_resolved"] and got["gold_rm_scores_last"] == 1.0
+
+
+def example_overrides() -> list[str]:
+    """The verl overrides examples/verl/run_grpo.sh passes, its shell variables filled in."""
+    script = (ROOT / "examples" / "verl" / "run_grpo.sh").read_text()
+    block = script.split("python3 -m verl.trainer.main_ppo \\\n", 1)[1].split('  "$@"', 1)[0]
+    values = {"$DATA": "runs/verl-data", "$MODEL": "Qwen/Qwen3-0.6B"}
+    out = []
+    for line in block.splitlines():
+        item = line.strip().removesuffix("\\").strip().replace('"', "")
+        for var, value in values.items():
+            item = item.replace(var, value)
+        out.append(item)
+    return out
+
+
+def test_the_examples_verl_overrides_are_keys_of_verls_config() -> None:
+    overrides = example_overrides()
+    assert (
+        "actor_rollout_ref.rollout.agent.agent_loop_config_path=examples/verl/agent_loops.yaml" in overrides
+    )
+    done = subprocess.run(
+        [verl_python(), "-m", "tests.verl_check", "--compose", *overrides],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == {
+        "composed": len(overrides),
+        "rollout_name": "vllm",
+    }
+
+
+def test_the_examples_agent_loop_entry_is_a_valid_coderl_config() -> None:
+    import yaml
+
+    from coderl.config import load_config
+    from coderl.config.packaged import default_train_config
+
+    (entry,) = yaml.safe_load((ROOT / "examples" / "verl" / "agent_loops.yaml").read_text())
+    assert entry["name"] == "coderl" and entry["_target_"] == "coderl.integrations.verl.CoderlAgentLoop"
+    cfg = load_config(
+        entry["coderl_config"], overrides=entry["coderl_overrides"], defaults=default_train_config()
+    )
+    assert (cfg.rollout.agent, cfg.rollout.max_turns) == ("swe", 8)

@@ -175,5 +175,16 @@ async def main(work: Path) -> dict[str, Any]:
     }
 
 
+def compose_check(overrides: list[str]) -> dict[str, Any]:
+    """verl's own config composed with ``overrides`` (fails on a key verl does not have)."""
+    folder = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
+    with initialize_config_dir(config_dir=folder, version_base=None):
+        cfg = compose(config_name="ppo_trainer", overrides=overrides)
+    return {"composed": len(overrides), "rollout_name": cfg.actor_rollout_ref.rollout.name}
+
+
 if __name__ == "__main__":
-    print(json.dumps(asyncio.run(main(Path(sys.argv[1])))))
+    if sys.argv[1] == "--compose":
+        print(json.dumps(compose_check(sys.argv[2:])))
+    else:
+        print(json.dumps(asyncio.run(main(Path(sys.argv[1])))))
