@@ -2,7 +2,7 @@
 # GRPO with verl's trainer and coderl's swe loop, sandboxes and grader (one node, one GPU as written).
 # Needs verl>=0.9,<0.10 with vLLM, coderl and bubblewrap on every node that runs agent-loop workers.
 #   bash examples/verl/run_grpo.sh [MODEL] [TRAIN_TASKS] [VAL_TASKS] [extra verl overrides ...]
-# TRAIN_TASKS / VAL_TASKS are coderl task sources (bundled:synth, native:DIR, swebench:FILE.jsonl, ...).
+# TRAIN_TASKS / VAL_TASKS are coderl task sources (bundled:synth, native:DIR, "swebench:FILE.jsonl?repos=DIR", ...).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 MODEL="${1:-Qwen/Qwen3-0.6B}"
