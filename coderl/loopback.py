@@ -14,9 +14,11 @@ from typing import Any
 
 
 @contextlib.asynccontextmanager
-async def serve_in_loop(app: Any, host: str = "127.0.0.1", startup_timeout_s: float = 60.0) -> AsyncIterator[str]:
-    """Serve ``app`` (lifespan included) on ``host`` at a free port for the length of the block;
-    yields its base URL. Signal handlers stay the process's own."""
+async def serve_in_loop(
+    app: Any, host: str = "127.0.0.1", startup_timeout_s: float = 60.0, port: int = 0
+) -> AsyncIterator[str]:
+    """Serve ``app`` (lifespan included) on ``host`` at ``port`` (0: a free one) for the length of the
+    block; yields its base URL. Signal handlers stay the process's own."""
     import uvicorn
 
     class QuietServer(uvicorn.Server):
@@ -24,7 +26,7 @@ async def serve_in_loop(app: Any, host: str = "127.0.0.1", startup_timeout_s: fl
         def capture_signals(self) -> Iterator[None]:
             yield
 
-    server = QuietServer(uvicorn.Config(app, host=host, port=0, log_level="warning", lifespan="on"))
+    server = QuietServer(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on"))
     serving = asyncio.create_task(server.serve())
     try:
         deadline = asyncio.get_running_loop().time() + startup_timeout_s

@@ -1,6 +1,8 @@
-"""The registered ``coderl`` agent loop through verl's own agent-loop code on CPU (tests/verl_check.py),
-with a Python that has verl: this one, or the ``.venv-verl`` that scripts/setup.sh makes (verl with
-the few packages its agent-loop path imports, beside this Python's torch and transformers)."""
+"""What needs verl or Ray, run with a Python that has them: this one, or the ``.venv-verl`` that
+scripts/test.sh makes (verl 0.9.1, Ray and what verl's agent-loop code imports, beside this Python's
+torch, transformers and coderl): the registered ``coderl`` agent loop through verl's own agent-loop code
+on CPU (tests/verl_check.py), the example's overrides against verl's config, and the recording proxy as
+a named Ray actor (tests/ray_proxy_check.py)."""
 
 from __future__ import annotations
 
@@ -91,3 +93,16 @@ def test_the_examples_agent_loop_entry_is_a_valid_coderl_config() -> None:
         entry["coderl_config"], overrides=entry["coderl_overrides"], defaults=default_train_config()
     )
     assert (cfg.rollout.agent, cfg.rollout.max_turns) == ("swe", 8)
+
+
+@pytest.mark.slow
+def test_the_proxy_as_a_named_ray_actor(tmp_path: Path) -> None:
+    done = subprocess.run(  # ray comes with verl in .venv-verl
+        [verl_python(), "-m", "tests.ray_proxy_check", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-4000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got["same_url"] and got["same_actor"]  # the second caller found the first proxy by name
+    assert got["calls"] == 1 and got["completion_tokens"] == 4 and got["reply"]  # recorded, real model
+    assert got["admin_token"] == "ray-admin" and got["url"].startswith("http://127.0.0.1:")

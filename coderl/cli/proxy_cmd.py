@@ -10,22 +10,12 @@ import sys
 def run_proxy_serve(ns: argparse.Namespace) -> int:
     import uvicorn
 
-    from coderl.chat import ChatFormat
-    from coderl.checkpoint import DEFAULT_MODEL_NAME, load_tokenizer, resolve_checkpoint
     from coderl.cli.common import config_from_args
-    from coderl.engine import Engine, create_engine
-    from coderl.proxy.app import create_app, default_db_path
-    from coderl.proxy.relay import RelayEngine
+    from coderl.proxy.app import default_db_path
+    from coderl.proxy.standalone import build_proxy
 
     cfg = config_from_args(ns)
-    folder = resolve_checkpoint(cfg.model.path, cfg.model.cache_dir)
-    name = DEFAULT_MODEL_NAME if cfg.model.path is None else folder.name
-    engine: Engine
-    if cfg.proxy.mode == "relay":  # no local engine: only the tokenizer, to render prompts
-        engine = RelayEngine(cfg.proxy, model=name)
-    else:
-        engine = create_engine(cfg.engine, cfg.model, seed=cfg.run.seed)
-    app = create_app(cfg.proxy, engine, ChatFormat(load_tokenizer(folder)), model_name=name)
+    app, _ = build_proxy(cfg)
     url = cfg.proxy.public_url or f"http://{cfg.proxy.host}:{cfg.proxy.port}"
     print(f"coderl proxy: {url}  record: {cfg.proxy.db or default_db_path()}", file=sys.stderr)
     if cfg.proxy.mode == "relay":
