@@ -146,6 +146,13 @@ def test_tasks_round_trip_through_a_verl_dataset(tmp_path: Path) -> None:
     assert verl_rows(tasks[:1], agent_name="mine")[0]["agent_name"] == "mine"
     with pytest.raises(TaskError, match=r"no coderl_task \(keys: \['index', 'task_id'\]\).*--format verl"):
         task_of({"index": 3, "task_id": "x"})
+    row = dict(rows[0]["extra_info"]["coderl_task"])
+    with pytest.raises(
+        TaskError, match=rf"task {row['id']}: extra_info.coderl_task lacks \['repo_archive'\]"
+    ):
+        task_of({"coderl_task": {**row, "repo_archive": None}})  # a missing snapshot
+    with pytest.raises(TaskError, match=rf"task {row['id']}-bad: extra_info.coderl_task does not unpack"):
+        task_of({"coderl_task": {**row, "id": row["id"] + "-bad", "repo_archive": b"not a tarball"}})
 
 
 def test_the_cli_writes_a_verl_dataset(tmp_path: Path) -> None:

@@ -48,6 +48,18 @@ def test_the_registered_loop_through_verls_agent_loop_code(tmp_path: Path, hf_mo
         ref = hf_logprobs(hf_model, prompt, tokens)
         assert sum(abs(a - b) for a, b in zip(ref, logprobs, strict=True)) / len(ref) < 1e-3
     assert "over actor_rollout_ref.rollout.prompt_length=64; raise it to at least" in got["prompt_error"]
+    rows, served = got["batch_rows"], got["batch_served"]  # AgentLoopWorker.generate_sequences' DataProto
+    assert {"prompts", "responses", "response_mask", "rollout_log_probs", "rm_scores", "input_ids"} <= set(
+        got["batch_keys"]
+    )
+    assert sorted(r["task_id"] for r in rows) == ["collkit-001", "spanlib-s005"] and len(served) == 2
+    assert sorted(r["model_ids"] for r in rows) == sorted(
+        ids for ids, _ in served
+    )  # mask 1 = sampled, per sample
+    for row in rows:
+        (lps,) = [lp for ids, lp in served if ids == row["model_ids"]]
+        assert row["model_logprobs"] == pytest.approx(lps, abs=1e-6)
+        assert row["reward"] == float(row["resolved"])  # rm_scores carry the grader's verdict
     assert got["gold_reward_score"] == 1.0 and got["gold_resolved"] and got["gold_rm_scores_last"] == 1.0
 
 

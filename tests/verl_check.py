@@ -31,7 +31,8 @@ from verl.experimental.agent_loop.agent_loop import (
     ToolListWrap,
     _agent_loop_registry,
 )
-from verl.utils.dataset.rl_dataset import RLHFDataset
+from verl.protocol import DataProto
+from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn
 
 from coderl.checkpoint import load_tokenizer, resolve_checkpoint
 from coderl.config import load_config
@@ -98,7 +99,6 @@ async def main(work: Path) -> dict[str, Any]:
     sampling = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0, "logprobs": True}
     kwargs = {k: v for k, v in sample.items() if k != "agent_name" and not isinstance(v, torch.Tensor)}
     output = await loop.run(sampling, **kwargs)
-    await engine.stop()
 
     task = next(t for t in load_tasks(TASKS) if t.id == output.extra_fields["coderl_task_id"])
     turns = gold_turns(task, load_config(defaults=default_train_config()).rollout)
@@ -145,15 +145,38 @@ async def main(work: Path) -> dict[str, Any]:
         n = len(call.prompt_ids)
         assert full[:n] == call.prompt_ids and full[n : n + len(call.token_ids)] == call.token_ids
 
-    worker = object.__new__(AgentLoopWorker)  # verl's own padding and masks, on this worker's settings
+    worker = object.__new__(AgentLoopWorker)  # verl's own worker code, on this worker's settings
     worker.rollout_config, worker.tokenizer, worker.processor = (
         config.actor_rollout_ref.rollout,
         tokenizer,
         None,
     )
     worker.config, worker.reward_loop_worker_handles, worker.distillation_enabled = config, None, False
-    worker.mm_processor_kwargs = {}
+    worker.mm_processor_kwargs, worker.hf_model_type, worker.dataset_cls = {}, "llama", RLHFDataset
+    worker.tools, worker.teacher_client = [], None
     padded = await worker._agent_loop_postprocess(output, False, **kwargs)
+
+    # the whole batch through AgentLoopWorker.generate_sequences: the DataProto verl's trainer consumes
+    worker.llm_client = batch_client = EngineServerClient(engine)
+    batch = DataProto.from_single_dict(collate_fn([dataset[0], dataset[1]]))
+    produced = await worker.generate_sequences(batch)
+    await engine.stop()
+    rows = []
+    for i in range(len(produced)):
+        b, extra = produced.batch, {k: v[i] for k, v in produced.non_tensor_batch.items()}
+        keep = b["response_mask"][i].bool()
+        rows.append({
+            "task_id": str(extra.get("coderl_task_id")),
+            "model_ids": b["responses"][i][keep].tolist(),
+            "model_logprobs": b["rollout_log_probs"][i][keep].tolist(),
+            "reward": float(b["rm_scores"][i].sum()) if "rm_scores" in b.keys() else None,
+            "resolved": bool(extra.get("coderl_resolved")),
+        })  # fmt: skip
+    served: dict[str, tuple[list[int], list[float]]] = {}
+    for call in batch_client.calls:
+        served.setdefault(call.request_id, ([], []))
+        served[call.request_id][0].extend(call.token_ids)
+        served[call.request_id][1].extend(call.log_probs)
     verdict = await grade(task, str(output.extra_fields["coderl_patch"]), None)
     return {
         "task_id": task.id,
@@ -171,6 +194,9 @@ async def main(work: Path) -> dict[str, Any]:
         "gold_reward_score": solved.reward_score,
         "gold_resolved": solved.extra_fields["coderl_resolved"],
         "prompt_error": prompt_error,
+        "batch_rows": rows,
+        "batch_served": list(served.values()),
+        "batch_keys": sorted(produced.batch.keys()),
         "gold_rm_scores_last": float(solved.as_dict()["rm_scores"][-1]),  # verl's reward tensor
     }
 

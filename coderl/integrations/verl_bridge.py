@@ -27,7 +27,7 @@ from coderl.rollout.config import RolloutConfig
 from coderl.rollout.context import ContextFactory
 from coderl.rollout.runner import RolloutResult, RolloutSettings, run_rollouts, task_groups
 from coderl.sandbox import SandboxSpec
-from coderl.tasks.dataset import row_task, task_row
+from coderl.tasks.dataset import COLUMNS, row_task, task_row
 from coderl.tasks.grading import RewardMode
 from coderl.types import Completion, Task
 
@@ -261,4 +261,14 @@ def task_of(extra_info: Mapping[str, Any] | None) -> Task:
             f"the sample's extra_info has no coderl_task (keys: {keys}); write the dataset with "
             "'coderl tasks convert --format verl OUT.parquet'"
         )
-    return row_task(dict(row))
+    task_id = row.get("id") or (extra_info or {}).get("task_id") or "?"
+    missing = [c for c in COLUMNS if c not in row or (c in ("id", "repo_archive") and not row[c])]
+    if missing:
+        raise TaskError(
+            f"task {task_id}: extra_info.coderl_task lacks {missing} (the snapshot is repo_archive); write the "
+            "dataset with 'coderl tasks convert --format verl OUT.parquet'"
+        )
+    try:
+        return row_task(dict(row))
+    except Exception as exc:
+        raise TaskError(f"task {task_id}: extra_info.coderl_task does not unpack: {exc}") from exc
