@@ -32,7 +32,7 @@ LAYERS: list[set[str]] = [
     {"coderl.proxy"},
     {"coderl.agents"},
     {"coderl.rollout"},
-    {"coderl.train", "coderl.viewer"},
+    {"coderl.train", "coderl.viewer", "coderl.integrations"},
     {"coderl.bench"},
     {"coderl.cli", "coderl.__main__"},
 ]

@@ -21,7 +21,7 @@ from coderl.tasks import grade, load_tasks
 from coderl.train.actor import Actor
 from coderl.train.config import ActorConfig, SFTConfig
 from coderl.train.demos import NOT_IN_ISSUE, _changed_span, gold_plan, gold_turns, issue_callee, one_line_fix
-from coderl.train.sft import build_demos, nll_loss, synth_kind, train_sft
+from coderl.train.sft import build_demos, check_gold_kinds, nll_loss, synth_kind, train_sft
 from coderl.types import Trajectory
 from tests.test_tasks import GOLD, make_native
 
@@ -48,7 +48,9 @@ def test_gold_turns_for_the_bash_loop_and_for_the_tool_loop(tmp_path: Path) -> N
     bash = load_config(defaults=default_train_config()).rollout
     turns = gold_turns(task, bash)
     assert turns is not None and len(turns) == 3 and all(t.endswith('"}}\n</tool_call>') for t in turns)
-    assert json.loads('"' + turns[2].split('"}}')[0] + '"') == "sed -i 's/-/+/' calc.py"  # unique in the file: no line number
+    assert (
+        json.loads('"' + turns[2].split('"}}')[0] + '"') == "sed -i 's/-/+/' calc.py"
+    )  # unique in the file: no line number
     tools = bash.model_copy(update={"response_prefix": "", "max_turns": 5})
     calls = gold_turns(task, tools)
     assert calls is not None and [json.loads(c.split("\n")[1])["name"] for c in calls] == [
@@ -99,8 +101,11 @@ async def test_demonstrations_are_the_loops_own_rendering_and_resolve(tmp_path: 
 def test_gold_kinds_name_the_synthesized_mutation_kinds() -> None:
     synth = load_tasks("bundled:spanlib-s005")[0]
     assert synth_kind(synth) == "off_by_one" and synth_kind(load_tasks("bundled:warmup")[0]) is None
-    with pytest.raises(ValueError, match="unknown mutation kind 'negate'; valid kinds: operator, comparison"):
-        SFTConfig(gold_kinds=["negate"])
+    with pytest.raises(
+        ConfigError, match=r"sft\.gold_kinds: unknown mutation kind 'negate'; valid kinds: operator,"
+    ):
+        check_gold_kinds(["negate"])
+    check_gold_kinds(["negation", "drop_return"])
 
 
 def test_the_nll_counts_model_tokens_only() -> None:

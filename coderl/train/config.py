@@ -9,7 +9,6 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from coderl.section import Section
-from coderl.tasks.synth.mutate import KINDS
 
 DEFAULT_LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
@@ -154,11 +153,3 @@ class SFTConfig(Section):
     before_rl: bool = False
     """coderl train: run the warm start on sft.data after the step-0 validation, then validate again
     and start RL from the result."""
-
-    @field_validator("gold_kinds")
-    @classmethod
-    def _known_kinds(cls, value: list[str]) -> list[str]:
-        unknown = [k for k in value if k not in KINDS]
-        if unknown:
-            raise ValueError(f"unknown mutation kind {unknown[0]!r}; valid kinds: {', '.join(KINDS)}")
-        return value

@@ -50,7 +50,7 @@ from coderl.train.ledger import SampledLedger
 from coderl.train.loggers import MetricSinks
 from coderl.train.metrics import StageTimer, rollout_metrics, run_summary, summary_line
 from coderl.train.report import write_report
-from coderl.train.sft import build_demos, train_sft
+from coderl.train.sft import build_demos, check_gold_kinds, train_sft
 from coderl.train.sync import WeightSync, choose_sync
 from coderl.types import Task, Trajectory
 
@@ -122,6 +122,7 @@ class Trainer:
     def _split_tasks(self) -> tuple[list[Task], list[Task]]:
         """Training and held-out tasks, disjoint (module doc of :mod:`coderl.tasks.split`)."""
         t = self.cfg.train
+        check_gold_kinds(self.cfg.sft.gold_kinds)  # refused now, not after the step-0 validation
         train, held, self.val_also_tasks, removed = train_and_held_out(
             t.tasks, t.val_tasks, t.val_size, t.val_also
         )

@@ -22,6 +22,7 @@ from coderl.config import Config
 from coderl.errors import ConfigError
 from coderl.tasks import load_tasks
 from coderl.tasks.overlap import without_overlap
+from coderl.tasks.synth.mutate import KINDS
 from coderl.train.actor import Actor
 from coderl.train.config import SFTConfig
 from coderl.train.demos import gold_demonstrations, rollout_demonstrations
@@ -47,6 +48,7 @@ async def build_demos(
     tasks, and tasks that fix a function a held-out task fixes (:mod:`coderl.tasks.overlap`), are never
     demonstrated: they are skipped and counted (``held_out_skipped``), so a source may name a whole
     suite whose held-out split the run measures on."""
+    check_gold_kinds(cfg.sft.gold_kinds)
     held_ids = {t.id for t in held_out}
     demos: list[Trajectory] = []
     report: dict[str, Any] = {}
@@ -80,6 +82,13 @@ async def build_demos(
     if leaked:  # cannot happen by construction; the guard keeps it so
         raise ConfigError(f"sft.data: demonstrations of held-out tasks {leaked[:5]}")
     return demos, report
+
+
+def check_gold_kinds(kinds: list[str]) -> None:
+    """Refuse (at start, before any work) a mutation kind the task synthesiser does not make."""
+    unknown = [k for k in kinds if k not in KINDS]
+    if unknown:
+        raise ConfigError(f"sft.gold_kinds: unknown mutation kind {unknown[0]!r}; valid kinds: {', '.join(KINDS)}")
 
 
 def synth_kind(task: Task) -> str | None:
