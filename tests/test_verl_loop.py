@@ -34,7 +34,7 @@ def verl_python() -> str:
 @pytest.mark.slow
 def test_the_registered_loop_through_verls_agent_loop_code(tmp_path: Path, hf_model: Any) -> None:
     done = subprocess.run(
-        [verl_python(), "-m", "tests.verl_check", str(tmp_path)],
+        [verl_python(), "-m", "tests.verl_check", str(tmp_path), *example_overrides()],
         cwd=ROOT, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-4000:]
@@ -57,9 +57,19 @@ def test_the_registered_loop_through_verls_agent_loop_code(tmp_path: Path, hf_mo
         ids for ids, _ in served
     )  # mask 1 = sampled, per sample
     for row in rows:
-        (lps,) = [lp for ids, lp in served if ids == row["model_ids"]]
-        assert row["model_logprobs"] == pytest.approx(lps, abs=1e-6)
-        assert row["reward"] == float(row["resolved"])  # rm_scores carry the grader's verdict
+        assert any(
+            row["model_logprobs"] == pytest.approx(lp, abs=1e-6)
+            for ids, lp in served
+            if ids == row["model_ids"]
+        )
+    rewards = {
+        r["task_id"]: (r["reward"], r["resolved"]) for r in rows
+    }  # rm_scores carry the grader's verdict
+    assert rewards == {
+        "spanlib-s005": (1.0, True),
+        "collkit-001": (0.0, False),
+    }  # its gold moves fix only its own
+    assert got["example"] == {"composed": len(example_overrides()), "rollout_name": "vllm"}  # examples/verl
     assert got["gold_reward_score"] == 1.0 and got["gold_resolved"] and got["gold_rm_scores_last"] == 1.0
 
 
@@ -75,22 +85,6 @@ def example_overrides() -> list[str]:
             item = item.replace(var, value)
         out.append(item)
     return out
-
-
-def test_the_examples_verl_overrides_are_keys_of_verls_config() -> None:
-    overrides = example_overrides()
-    assert (
-        "actor_rollout_ref.rollout.agent.agent_loop_config_path=examples/verl/agent_loops.yaml" in overrides
-    )
-    done = subprocess.run(
-        [verl_python(), "-m", "tests.verl_check", "--compose", *overrides],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert json.loads(done.stdout.strip().splitlines()[-1]) == {
-        "composed": len(overrides),
-        "rollout_name": "vllm",
-    }
 
 
 def test_the_examples_agent_loop_entry_is_a_valid_coderl_config() -> None:

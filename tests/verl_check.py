@@ -1,7 +1,7 @@
 """coderl's registered agent loop run through verl's own code, on CPU, with a server client backed by
 coderl's embedded engine (run by tests/test_verl_loop.py with a Python that has verl installed):
 
-    python -m tests.verl_check WORKDIR
+    python -m tests.verl_check WORKDIR [VERL OVERRIDES TO COMPOSE ...]
 
 It composes verl's own ``ppo_trainer`` config, writes a dataset with ``coderl tasks convert --format
 verl``, reads it with verl's ``RLHFDataset``, loads the agent-loop YAML as verl's worker does,
@@ -51,11 +51,7 @@ TASKS = "bundled:collkit-001,spanlib-s005"
 def verl_config(work: Path) -> Any:
     folder = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
     loops = work / "agent_loops.yaml"
-    loops.write_text(
-        "- name: coderl\n"
-        "  _target_: coderl.integrations.verl.CoderlAgentLoop\n"
-        "  coderl_overrides: [rollout.max_turns=2, rollout.max_tokens=24]\n"
-    )
+    loops.write_text("- name: coderl\n  _target_: coderl.integrations.verl.CoderlAgentLoop\n")
     with initialize_config_dir(config_dir=folder, version_base=None):
         return compose(
             config_name="ppo_trainer",
@@ -69,7 +65,7 @@ def verl_config(work: Path) -> Any:
         )
 
 
-async def main(work: Path) -> dict[str, Any]:
+async def main(work: Path, example_overrides: list[str]) -> dict[str, Any]:
     convert = [sys.executable, "-m", "coderl", "tasks", "convert", str(work / "train.parquet"), "--format", "verl",
                f"tasks.source={TASKS}"]  # fmt: skip
     subprocess.run(convert, check=True, capture_output=True)
@@ -95,6 +91,7 @@ async def main(work: Path) -> dict[str, Any]:
         dataset_cls=RLHFDataset,
         data_config=DictConfigWrap(config.data),
         tools=ToolListWrap([]),
+        coderl_overrides=["rollout.max_turns=2", "rollout.max_tokens=24"],
     )
     sampling = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0, "logprobs": True}
     kwargs = {k: v for k, v in sample.items() if k != "agent_name" and not isinstance(v, torch.Tensor)}
@@ -113,7 +110,6 @@ async def main(work: Path) -> dict[str, Any]:
         dataset_cls=RLHFDataset,
         data_config=DictConfigWrap(config.data),
         tools=ToolListWrap([]),
-        coderl_overrides=[],
     )
     solved = await gold.run(sampling, **kwargs)
     short = OmegaConf.merge(config, {"actor_rollout_ref": {"rollout": {"prompt_length": 64}}})
@@ -157,10 +153,11 @@ async def main(work: Path) -> dict[str, Any]:
     padded = await worker._agent_loop_postprocess(output, False, **kwargs)
 
     # the whole batch through AgentLoopWorker.generate_sequences: the DataProto verl's trainer consumes
-    worker.llm_client = batch_client = EngineServerClient(engine)
+    await engine.stop()
+    scripted = ScriptedEngine(turns, tokenizer, per_session=True, default="Done.")  # gold moves of one task
+    worker.llm_client = batch_client = EngineServerClient(scripted)
     batch = DataProto.from_single_dict(collate_fn([dataset[0], dataset[1]]))
     produced = await worker.generate_sequences(batch)
-    await engine.stop()
     rows = []
     for i in range(len(produced)):
         b, extra = produced.batch, {k: v[i] for k, v in produced.non_tensor_batch.items()}
@@ -194,6 +191,7 @@ async def main(work: Path) -> dict[str, Any]:
         "gold_reward_score": solved.reward_score,
         "gold_resolved": solved.extra_fields["coderl_resolved"],
         "prompt_error": prompt_error,
+        "example": compose_check(example_overrides),
         "batch_rows": rows,
         "batch_served": list(served.values()),
         "batch_keys": sorted(produced.batch.keys()),
@@ -210,7 +208,4 @@ def compose_check(overrides: list[str]) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    if sys.argv[1] == "--compose":
-        print(json.dumps(compose_check(sys.argv[2:])))
-    else:
-        print(json.dumps(asyncio.run(main(Path(sys.argv[1])))))
+    print(json.dumps(asyncio.run(main(Path(sys.argv[1]), sys.argv[2:]))))
