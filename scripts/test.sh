@@ -18,7 +18,7 @@ if ! .venv-verl/bin/python -c "import verl.experimental.agent_loop.agent_loop" >
   outer="$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
   inner="$(.venv-verl/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
   echo "import site; site.addsitedir('$outer')" > "$inner/zz-outer.pth"
-  .venv-verl/bin/python -m pip install -q --no-deps verl==0.9.1
+  .venv-verl/bin/python -m pip install -q --no-deps verl==0.9.1 2>&1 | grep -v "^WARNING: Location" || true
   .venv-verl/bin/python -m pip install -q ray hydra-core "tensordict>=0.8,<=0.10" pillow cachetools codetiming \
     dill pylatexenc 2>&1 | grep -v -E "^(verl .* requires|WARNING: Location|ERROR: pip's dependency resolver)" || true
 fi

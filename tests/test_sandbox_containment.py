@@ -297,3 +297,14 @@ async def test_hostile_chmod_does_not_block_cleanup(make_spec: Any) -> None:
     sid = box.id
     await box.close()
     assert not (state_dir() / "ws" / sid).exists()
+
+
+def test_site_folders_a_pth_file_added_are_bound_too(tmp_path: Path) -> None:
+    from coderl.sandbox.hostsetup import site_dirs_outside
+
+    outer = tmp_path / "outer" / "lib" / "python3.11" / "site-packages"
+    inner = tmp_path / "inner" / "lib" / "python3.11" / "site-packages"
+    for d in (outer, inner, tmp_path / "src"):
+        d.mkdir(parents=True)
+    path = [str(tmp_path / "src"), str(inner), str(outer), str(outer), "", "/usr/lib/python3/dist-packages"]
+    assert site_dirs_outside(path, [tmp_path / "inner"]) == [outer]  # inner is under a prefix; src is no site

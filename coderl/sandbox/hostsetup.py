@@ -127,6 +127,7 @@ def python_binds() -> list[tuple[Path, Path]]:
         if p == Path("/usr") or Path("/usr") in p.parents:
             continue  # covered by the /usr bind
         prefixes.append(p)
+    prefixes += site_dirs_outside(sys.path, prefixes)
     binds: list[tuple[Path, Path]] = []
     for prefix in prefixes:
         source = prefix
@@ -141,6 +142,24 @@ def python_binds() -> list[tuple[Path, Path]]:
         binds.append((source, prefix))
     _BINDS = binds
     return binds
+
+
+def site_dirs_outside(path: list[str], prefixes: list[Path]) -> list[Path]:
+    """The site-packages folders on ``path`` outside ``prefixes`` and /usr: those a ``.pth`` file added
+    (e.g. an environment layered on another one's packages), which the sandboxed Python needs too."""
+    found: list[Path] = []
+    for entry in path:
+        if (
+            not entry
+            or Path(entry).name not in ("site-packages", "dist-packages")
+            or not Path(entry).is_dir()
+        ):
+            continue
+        p = Path(entry).resolve()
+        inside = [Path("/usr"), *prefixes, *found]
+        if not any(p == q or q in p.parents for q in inside):
+            found.append(p)
+    return found
 
 
 def python_path_dirs() -> list[str]:
