@@ -65,6 +65,22 @@ def verl_config(work: Path) -> Any:
         )
 
 
+def instantiate(name: str, config: Any, client: Any, tokenizer: Any, **extra: Any) -> Any:
+    """The registered loop ``name``, made as verl's AgentLoopWorker makes one (its wrappers, Hydra)."""
+    return hydra.utils.instantiate(
+        config=_agent_loop_registry[name],
+        trainer_config=DictConfigWrap(config=config),
+        server_manager=client,
+        tokenizer=tokenizer,
+        processor=None,
+        hf_model_type="llama",
+        dataset_cls=RLHFDataset,
+        data_config=DictConfigWrap(config.data),
+        tools=ToolListWrap([]),
+        **extra,
+    )
+
+
 async def main(work: Path, example_overrides: list[str]) -> dict[str, Any]:
     convert = [sys.executable, "-m", "coderl", "tasks", "convert", str(work / "train.parquet"), "--format", "verl",
                f"tasks.source={TASKS}"]  # fmt: skip
@@ -81,18 +97,10 @@ async def main(work: Path, example_overrides: list[str]) -> dict[str, Any]:
     engine = EmbeddedEngine(EngineConfig(max_batch_size=2), ModelConfig())
     await engine.start()
     client = EngineServerClient(engine)
-    loop = hydra.utils.instantiate(
-        config=_agent_loop_registry[sample["agent_name"]],
-        trainer_config=DictConfigWrap(config=config),
-        server_manager=client,
-        tokenizer=tokenizer,
-        processor=None,
-        hf_model_type="llama",
-        dataset_cls=RLHFDataset,
-        data_config=DictConfigWrap(config.data),
-        tools=ToolListWrap([]),
+    loop = instantiate(
+        sample["agent_name"], config, client, tokenizer,
         coderl_overrides=["rollout.max_turns=2", "rollout.max_tokens=24"],
-    )
+    )  # fmt: skip
     sampling = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0, "logprobs": True}
     kwargs = {k: v for k, v in sample.items() if k != "agent_name" and not isinstance(v, torch.Tensor)}
     output = await loop.run(sampling, **kwargs)
@@ -100,29 +108,12 @@ async def main(work: Path, example_overrides: list[str]) -> dict[str, Any]:
     task = next(t for t in load_tasks(TASKS) if t.id == output.extra_fields["coderl_task_id"])
     turns = gold_turns(task, load_config(defaults=default_train_config()).rollout)
     assert turns is not None
-    gold = hydra.utils.instantiate(  # the packaged recipe's 3 turns, played from the gold patch
-        config=_agent_loop_registry["coderl"],
-        trainer_config=DictConfigWrap(config=config),
-        server_manager=EngineServerClient(ScriptedEngine(turns, tokenizer, default="Done.")),
-        tokenizer=tokenizer,
-        processor=None,
-        hf_model_type="llama",
-        dataset_cls=RLHFDataset,
-        data_config=DictConfigWrap(config.data),
-        tools=ToolListWrap([]),
-    )
+    gold_client = EngineServerClient(ScriptedEngine(turns, tokenizer, default="Done."))
+    gold = instantiate("coderl", config, gold_client, tokenizer)  # the packaged recipe, gold moves
     solved = await gold.run(sampling, **kwargs)
     short = OmegaConf.merge(config, {"actor_rollout_ref": {"rollout": {"prompt_length": 64}}})
-    cramped = hydra.utils.instantiate(
-        config=_agent_loop_registry["coderl"],
-        trainer_config=DictConfigWrap(config=short),
-        server_manager=EngineServerClient(ScriptedEngine(turns, tokenizer, default="Done.")),
-        tokenizer=tokenizer,
-        processor=None,
-        hf_model_type="llama",
-        dataset_cls=RLHFDataset,
-        data_config=DictConfigWrap(short.data),
-        tools=ToolListWrap([]),
+    cramped = instantiate(
+        "coderl", short, EngineServerClient(ScriptedEngine(turns, tokenizer, default="Done.")), tokenizer
     )
     try:
         await cramped.run(sampling, **kwargs)
