@@ -48,10 +48,10 @@ def test_bench_learn_runs_the_recipe_and_its_control_in_processes_of_their_own(t
     for run in (recipe, control):
         folder = tmp_path / run
         cfg = yaml.safe_load((folder / "config.yaml").read_text())
-        lrs.append((cfg["actor"]["lr"], cfg["sft"]["lr"]))
+        lrs.append((cfg["actor"]["lr"], cfg["sft"]["lr"], cfg["sft"]["before_rl"]))
         assert cfg["run"]["seed"] == 0 and cfg["train"]["steps"] == 1
         rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
         assert rows[0]["step"] == 0 and rows[-1]["step"] == 1 and "val_pass_at_1" in rows[-1]
-    assert lrs[0][0] > 0 and lrs[1] == (0.0, 0.0)  # the control learns nothing, the recipe does
+    assert lrs[0][0] > 0 and lrs[1] == (0.0, 0.0, False)  # the control learns nothing, the recipe does
     section = (tmp_path / "B.md").read_text()
     assert "Learning check" in section and "control (lr 0)" in section

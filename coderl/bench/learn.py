@@ -2,8 +2,11 @@
 
 The recipe (``coderl train``'s packaged defaults, or the config given) runs once per seed, and once
 more per seed as a control with every learning rate at 0 (``actor.lr=0``, ``sft.lr=0``: the same
-rollouts, grading, validation and seeds, but no learning). Each run validates on its held-out tasks
-before any update and after the last; the figures are:
+rollouts, grading, validation and seeds, but no learning). The control skips the supervised warm start
+(``sft.before_rl=false``): at learning rate 0 AdamW leaves every weight exactly as it was (its step and
+its decay are both scaled by the rate), so those minutes of forward and backward passes would change
+nothing. Each run validates on its held-out tasks before any update and after the last; the figures
+are:
 
 - held-out pass@1 at start and end, per seed, for the recipe and for the control;
 - the mean rise over seeds, with a paired bootstrap 95% interval: tasks are resampled (10,000 times,
@@ -94,7 +97,7 @@ def bench_learn(cfg: Config, seeds: list[int], console: Console | None = None) -
         frozen = seeded.model_copy(
             update={
                 "actor": seeded.actor.model_copy(update={"lr": 0.0}),
-                "sft": seeded.sft.model_copy(update={"lr": 0.0}),
+                "sft": seeded.sft.model_copy(update={"lr": 0.0, "before_rl": False}),
             }
         )
         runs["recipe"].append(_one_run(seeded, console, f"bench-learn-seed{seed}"))
@@ -134,7 +137,7 @@ def to_markdown(r: dict[str, Any]) -> str:
         "",
         f"Command: `{r['command']}` — {m['cpu']}, {m['cores']} cores, torch {m['torch']}. Recipe: `coderl train`'s "
         f"configuration on `{r['tasks']}` ({r['steps']} RL steps{', after a supervised warm start' if r['warm_start'] else ''}), "
-        f"seeds {r['seeds']}; control: the same with every learning rate 0. About {r['minutes_per_run']:.0f} min (wall clock) per run.",
+        f"seeds {r['seeds']}; control: the same with every learning rate 0 (and no warm start, which at rate 0 moves no weight). About {r['minutes_per_run']:.0f} min (wall clock) per run.",
         "",
         "| held-out set | run | pass@1 at start (per seed) | at end (per seed) | mean rise | 95% interval (paired bootstrap over tasks) |",
         "|---|---|---|---|---|---|",
