@@ -6,21 +6,25 @@ import argparse
 import asyncio
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from coderl.config import load_config
+from coderl.config import Config, load_config
 from coderl.config.packaged import default_train_config
 from coderl.rundir import create_run_dir
+
+if TYPE_CHECKING:
+    from coderl.train.actor import Policy
+    from coderl.types import Trajectory
 
 
 def run_sft(ns: argparse.Namespace) -> int:
     from coderl.chat import ChatFormat
     from coderl.tasks.split import train_and_held_out
-    from coderl.train.actor import Actor
-    from coderl.train.sft import build_demos, train_sft
-    from coderl.train.sync import export_checkpoint
+    from coderl.train.ranks import build_actor
+    from coderl.train.sft import build_demos
 
     cfg = load_config(
         ns.config_path, ns.config_overrides, defaults=None if ns.config_path else default_train_config()
@@ -34,9 +38,21 @@ def run_sft(ns: argparse.Namespace) -> int:
         demos, made = asyncio.run(build_demos(cfg, chat, [*held, *also]))
     console.print(f"{len(demos)} demonstrations: {json.dumps(made)}")
     (run_dir / "demos.json").write_text(json.dumps({"sources": made, "task_ids": [d.task_id for d in demos]}))
-    actor = Actor(cfg.actor.model_copy(update={"seed": cfg.run.seed}), cfg.model.path, cfg.model.cache_dir)
+    actor = build_actor(cfg.actor.model_copy(update={"seed": cfg.run.seed}), cfg.model.path, cfg.model.cache_dir)
     with console.status("loading the policy"):
         actor.setup()
+    try:
+        return _train_and_export(ns, cfg, console, run_dir, actor, demos)
+    finally:
+        actor.close()
+
+
+def _train_and_export(
+    ns: argparse.Namespace, cfg: Config, console: Console, run_dir: Path, actor: Policy, demos: list[Trajectory]
+) -> int:
+    from coderl.train.sft import train_sft
+    from coderl.train.sync import export_checkpoint
+
     steps = cfg.sft.epochs * -(-min(len(demos), cfg.sft.max_demos or len(demos)) // cfg.sft.batch_size)
     with Progress(
         TextColumn("sft"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"), TimeElapsedColumn(),

@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -56,6 +56,8 @@ already normalised for the whole batch (it is summed over micro-batches by backw
 value head passes a fourth argument: the values per sequence (with grad)."""
 
 ADAPTER = "default"  # peft's adapter name
+DUMMY = [0, 0]
+"""The sequence a rank with no micro-batch left forwards (scored, then multiplied by 0)."""
 
 
 @dataclass
@@ -78,6 +80,53 @@ def delta_weight(layer: Any) -> torch.Tensor:
     return layer.get_delta_weight(ADAPTER).float()
 
 
+class Policy(Protocol):
+    """What the trainer, the warm start and weight sync call on an actor: :class:`Actor` (in this
+    process) and :class:`coderl.train.ranks.ShardedActor` (FSDP2 over rank processes) both are one."""
+
+    cfg: ActorConfig
+
+    @property
+    def step(self) -> int: ...
+
+    def setup(self) -> None: ...
+
+    def reset_optimizer(self, lr: float | None = None) -> None: ...
+
+    def snapshot_reference(self) -> None: ...
+
+    def score(
+        self,
+        sequences: list[list[int]],
+        starts: list[int],
+        temperature: float,
+        *,
+        reference: bool = False,
+        with_entropy: bool = False,
+        with_values: bool = False,
+    ) -> list[Scored]: ...
+
+    def train_step(
+        self,
+        sequences: list[list[int]],
+        starts: list[int],
+        temperature: float,
+        loss_fn: LossFn,
+        with_entropy: bool = False,
+        score_masks: list[list[int]] | None = None,
+    ) -> dict[str, float]: ...
+
+    def state_dict_for_engine(self) -> dict[str, torch.Tensor]: ...
+
+    def save_adapter(self, folder: Path) -> None: ...
+
+    def save(self, folder: Path) -> None: ...
+
+    def load(self, folder: Path) -> None: ...
+
+    def close(self) -> None: ...
+
+
 class Actor:
     """The trainable policy. Construction is cheap; :meth:`setup` loads the model."""
 
@@ -87,9 +136,15 @@ class Actor:
         model_path: Path | None = None,
         cache_dir: Path | None = None,
         value_head: bool = False,
+        sharded: bool = False,
     ) -> None:
         self.cfg = cfg
         self.with_value_head = value_head
+        self.sharded = sharded
+        """One rank of a sharded actor (:mod:`coderl.train.ranks`): the process group is initialised,
+        the model is sharded with FSDP2 and this rank forwards its share of each batch's micro-batches."""
+        self.rank = 0
+        self.world = 1
         self.value_head: torch.nn.Linear | None = None
         self.model_path = model_path
         self.cache_dir = cache_dir
@@ -147,11 +202,16 @@ class Actor:
             hf.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self._hf = hf.eval()
         self._decoder = PackedDecoder(hf)
+        if self.sharded:
+            self._shard()
         params = [p for p in hf.parameters() if p.requires_grad]
         if self.with_value_head:
             self.value_head = torch.nn.Linear(hf.config.hidden_size, 1, device=self.device)
             torch.nn.init.zeros_(self.value_head.weight)  # V = 0 at the start: advantages = returns
             torch.nn.init.zeros_(self.value_head.bias)
+        self._holder = torch.nn.ModuleDict({"policy": hf})  # names the optimizer state by parameter
+        if self.value_head is not None:
+            self._holder["value_head"] = self.value_head
         self.reset_optimizer()
         log.info(
             "actor: %s on %s (%s), %d trainable parameters%s",
@@ -162,6 +222,19 @@ class Actor:
             (f", LoRA rank {cfg.lora_rank}" if cfg.lora_rank else "")
             + (", value head" if self.with_value_head else ""),
         )
+
+    def _shard(self) -> None:
+        import torch.distributed as dist
+
+        from coderl.train import fsdp
+
+        if not dist.is_initialized():
+            raise ConfigError("a sharded actor needs torch.distributed initialised first (coderl.train.ranks does it)")
+        if self._peft is not None:
+            raise ConfigError("the sharded actor trains full weights only; set actor.lora_rank=0 or actor.ranks=1")
+        self.rank, self.world = dist.get_rank(), dist.get_world_size()
+        assert self._decoder is not None
+        fsdp.shard(self._hf, self._decoder)
 
     def reset_optimizer(self, lr: float | None = None) -> None:
         """A fresh AdamW and learning-rate schedule at ``lr`` (default ``actor.lr``), step count 0: a
@@ -278,8 +351,7 @@ class Actor:
         with self._autocast():
             if self.cfg.packing:
                 checkpointing = self.cfg.gradient_checkpointing and model is self._hf
-                hidden = decoder.hidden(batch, gradient_checkpointing=checkpointing)  # [M, E]
-                logits = model.lm_head(hidden if keep is None else hidden[keep])  # [M or K, V]
+                hidden, logits = decoder.entry(batch, keep, checkpointing)  # [M, E], [M or K, V]
                 forwarded = batch.num_tokens
             else:
                 logits, forwarded = padded_logits(model, sequences, starts, self.device)  # [M, V]
@@ -312,6 +384,14 @@ class Actor:
             )
         return torch.tensor([bool(b) for m in score_masks for b in m], dtype=torch.bool, device=self.device)
 
+    def _share(self, groups: list[list[int]]) -> list[list[int]]:
+        """This rank's micro-batches: every world-th, from its rank on; ranks with one fewer get an
+        empty group at the end (a dummy pass: FSDP's gathers and reductions are collectives)."""
+        if self.world == 1:
+            return groups
+        mine = groups[self.rank :: self.world]
+        return mine + [[]] * (-(-len(groups) // self.world) - len(mine))
+
     def _groups(self, sequences: list[list[int]], starts: list[int]) -> list[list[int]]:
         lengths = [len(s) for s in sequences]
         sharing = self.cfg.packing and self.cfg.share_prefix
@@ -338,14 +418,34 @@ class Actor:
         Tensors are on the actor's device. ``reference=True`` scores with the reference policy;
         ``with_values`` also returns the value head's predictions (an actor with a value head).
         """
+        scored = self.score_share(
+            sequences, starts, temperature, reference=reference, with_entropy=with_entropy, with_values=with_values
+        )
+        return [scored[i] for i in range(len(sequences))]
+
+    @torch.no_grad()
+    def score_share(
+        self,
+        sequences: list[list[int]],
+        starts: list[int],
+        temperature: float,
+        *,
+        reference: bool = False,
+        with_entropy: bool = False,
+        with_values: bool = False,
+    ) -> dict[int, Scored]:
+        """:meth:`score` of the sequences this rank forwards, by index (all of them with one rank)."""
         check_batch(sequences, starts)
         if with_values and (self.value_head is None or reference):
             raise ConfigError(
                 "score(with_values=True) needs an actor built with value_head=True (policy only)"
             )
-        scored: list[Scored | None] = [None] * len(sequences)
+        scored: dict[int, Scored] = {}
         with self._policy(reference) as (model, decoder):
-            for group in self._groups(sequences, starts):
+            for group in self._share(self._groups(sequences, starts)):
+                if not group:  # a rank with fewer micro-batches joins the others' collectives
+                    self._forward(model, decoder, [DUMMY], [1], temperature, False)
+                    continue
                 lps, ents, vals, _ = self._forward(
                     model,
                     decoder,
@@ -359,7 +459,7 @@ class Actor:
                     scored[i] = Scored(
                         lps[j], ents[j] if ents is not None else None, vals[j] if vals is not None else None
                     )
-        return [s for s in scored if s is not None]
+        return scored
 
     def compute_grads(
         self,
@@ -379,7 +479,13 @@ class Actor:
         tokens = 0
         hf.train()
         try:
-            for group in groups:
+            for group in self._share(groups):
+                if not group:  # a rank with fewer micro-batches joins the others' collectives
+                    lps, _, vals, _ = self._forward(
+                        hf, self._decoder, [DUMMY], [1], temperature, False, self.value_head is not None
+                    )
+                    (lps[0].sum() * 0.0 + (vals[0].sum() * 0.0 if vals is not None else 0.0)).backward()
+                    continue
                 lps, ents, vals, forwarded = self._forward(
                     hf,
                     self._decoder,
@@ -429,7 +535,13 @@ class Actor:
         metrics = self.compute_grads(sequences, starts, temperature, loss_fn, with_entropy, score_masks)
         params = [p for group in self.optimizer.param_groups for p in group["params"]]
         max_norm = self.cfg.grad_clip if self.cfg.grad_clip > 0 else math.inf
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+        if self.sharded:
+            from coderl.train import fsdp
+
+            fsdp.sum_replicated_grads(params)  # the value head: whole on every rank
+            grad_norm = fsdp.clip_grad_norm(params, max_norm)
+        else:
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
         lr = float(self.optimizer.param_groups[0]["lr"])
         finite = math.isfinite(grad_norm)
         if finite:
@@ -459,6 +571,10 @@ class Actor:
         prefixes), for ``engine.update_weights``. Without LoRA the tensors share storage with the
         live model: copy them before the next train_step if you keep them."""
         hf = self._require()
+        if self.sharded:
+            from coderl.train import fsdp
+
+            return fsdp.full_model_state(hf)  # whole on rank 0, empty on the others
         if self._peft is None:
             return {name: t.detach() for name, t in hf.state_dict().items()}
         from peft.tuners.lora import LoraLayer
@@ -493,23 +609,34 @@ class Actor:
         """Write model (the adapter with LoRA), optimizer, scheduler, step and RNG states, atomically.
 
         Layout: ``model/`` (a complete HF checkpoint with tokenizer) or ``adapter/`` (peft format),
-        ``optimizer.pt``, ``state.pt``. Written to a temporary sibling, then renamed into place.
+        ``optimizer.pt`` (keyed by parameter name, whole tensors: any number of ranks resumes from it),
+        ``state.pt``. Written to a temporary sibling, then renamed into place. A sharded actor's ranks
+        all call it (the gathers are collectives); rank 0 writes.
         """
+        from coderl.train import fsdp
+
         hf = self._require()
         assert self.optimizer is not None and self.scheduler is not None and self._source is not None
         folder = Path(folder)
-        folder.parent.mkdir(parents=True, exist_ok=True)
         tmp = folder.parent / f".{folder.name}.tmp"
+        weights = fsdp.full_model_state(hf) if self.sharded else None
+        optimizer = fsdp.full_optimizer_state(self._holder, self.optimizer)
+        if self.rank != 0:
+            return
+        folder.parent.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
         if self._peft is not None:
             self._peft.save_pretrained(tmp / "adapter")
+        elif weights is not None:
+            fsdp.save_model_folder(hf, weights, tmp / "model")
+            load_tokenizer(self._source).save_pretrained(tmp / "model")
         else:
             hf.save_pretrained(tmp / "model")
             load_tokenizer(self._source).save_pretrained(tmp / "model")
         if self.value_head is not None:
             torch.save(self.value_head.state_dict(), tmp / "value_head.pt")
-        torch.save(self.optimizer.state_dict(), tmp / "optimizer.pt")
+        torch.save(optimizer, tmp / "optimizer.pt")
         rng: dict[str, Any] = {"torch": torch.get_rng_state()}
         if torch.cuda.is_available():
             rng["cuda"] = torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else None
@@ -522,8 +649,14 @@ class Actor:
         tmp.rename(folder)
         shutil.rmtree(old, ignore_errors=True)
 
+    def close(self) -> None:
+        """Nothing to stop: the model lives in this process (the sharded actor stops its ranks)."""
+
     def load(self, folder: Path) -> None:
-        """Restore what :meth:`save` wrote (sets the actor up first if needed); resumes bit-for-bit."""
+        """Restore what :meth:`save` wrote (sets the actor up first if needed); resumes bit-for-bit,
+        on this number of ranks or another."""
+        from coderl.train import fsdp
+
         if self._hf is None:
             self.setup()
         assert self.optimizer is not None and self.scheduler is not None
@@ -543,12 +676,19 @@ class Actor:
         else:
             if not (folder / "model").is_dir():
                 raise ModelError(f"{str(folder)!r} has no model/ (saved with LoRA? set lora_rank to match)")
-            from coderl.engine.weights import load_weights
+            from coderl.engine.weights import load_weights, read_weights
 
-            load_weights(self._hf, folder / "model")
+            if self.sharded:
+                fsdp.load_full_model_state(self._hf, read_weights(folder / "model"))
+            else:
+                load_weights(self._hf, folder / "model")
         if self.value_head is not None:
             self.value_head.load_state_dict(torch.load(folder / "value_head.pt", map_location=self.device))
-        self.optimizer.load_state_dict(torch.load(folder / "optimizer.pt", map_location=self.device))
+        optimizer = torch.load(folder / "optimizer.pt", map_location="cpu")
+        if any(isinstance(key, str) for key in optimizer["state"]):  # by parameter name
+            fsdp.load_full_optimizer_state(self._holder, self.optimizer, optimizer)
+        else:  # by parameter index (checkpoints written before the sharded actor)
+            self.optimizer.load_state_dict(optimizer)
         state = torch.load(folder / "state.pt", map_location="cpu")
         self.scheduler.load_state_dict(state["scheduler"])
         self._step = int(state["step"])

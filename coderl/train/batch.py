@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -212,6 +213,19 @@ class BatchLoss:
             self.sums[key] += value * (1.0 if key in _SUMMED else share)
         self.weight += share
         return loss
+
+    def metric_state(self) -> dict[str, Any]:
+        """What this copy collected (a rank of the sharded actor sends it back to the driver)."""
+        return {"sums": dict(self.sums), "weight": self.weight, "sum": self.mismatch_sum, "max": self.mismatch_max}
+
+    def merge_states(self, states: list[dict[str, Any]]) -> None:
+        """Add what other copies collected (each rank's share of the micro-batches) to this one."""
+        for state in states:
+            for key, value in state["sums"].items():
+                self.sums[key] += value
+            self.weight += state["weight"]
+            self.mismatch_sum += state["sum"]
+            self.mismatch_max = max(self.mismatch_max, state["max"])
 
     def metrics(self) -> dict[str, float]:
         out = {k: v / (1.0 if k in _SUMMED else max(self.weight, 1e-12)) for k, v in self.sums.items()}

@@ -62,6 +62,13 @@ class ActorConfig(Section):
     """Recompute each decoder layer in the backward pass (less memory, about a third more compute)."""
     seed: int = 0
     """Seed of the actor's random generators (LoRA initialisation, dropout)."""
+    ranks: int = Field(1, ge=1)
+    """Processes the actor trains on: 1 = in this process; N > 1 = N rank processes on this machine,
+    the model sharded over them with torch FSDP2 (each parameter split N ways, gradients reduce-scattered)
+    and each rank forwarding its share of the micro-batches; the update equals the 1-rank one. On cuda
+    each rank takes one GPU."""
+    dist_backend: Literal["auto", "gloo", "nccl"] = "auto"
+    """torch.distributed backend of the ranks (actor.ranks > 1): auto = nccl on cuda, gloo on cpu."""
 
     @model_validator(mode="after")
     def _schedule_has_length(self) -> ActorConfig:
@@ -69,6 +76,11 @@ class ActorConfig(Section):
             raise ValueError(
                 f"actor.lr_schedule: got {self.lr_schedule!r} without actor.total_steps (the schedule's length "
                 "in optimizer steps); set actor.total_steps or actor.lr_schedule=constant"
+            )
+        if self.ranks > 1 and self.lora_rank > 0:
+            raise ValueError(
+                f"actor.ranks: got {self.ranks} with actor.lora_rank={self.lora_rank}; the sharded actor trains "
+                "full weights only — set actor.ranks=1 for LoRA, or actor.lora_rank=0"
             )
         if self.lora_rank > 0 and not self.lora_targets:
             raise ValueError(

@@ -43,12 +43,13 @@ from coderl.rollout.store import TrajectoryStore
 from coderl.tasks.calibration import load_estimates, setting_key
 from coderl.tasks.split import train_and_held_out
 from coderl.train import checkpoints
-from coderl.train.actor import Actor, Scored
+from coderl.train.actor import Scored
 from coderl.train.batch import BatchLoss, build_batch, sequences_of
 from coderl.train.curriculum import Curriculum
 from coderl.train.ledger import SampledLedger
 from coderl.train.loggers import MetricSinks
 from coderl.train.metrics import StageTimer, rollout_metrics, run_summary, summary_line
+from coderl.train.ranks import build_actor
 from coderl.train.report import write_report
 from coderl.train.sft import build_demos, check_gold_kinds, train_sft
 from coderl.train.sync import WeightSync, choose_sync
@@ -64,7 +65,7 @@ class Trainer:
         self.cfg = cfg
         self.run_dir = run_dir
         self.console = console or Console(stderr=True)
-        self.actor = Actor(
+        self.actor = build_actor(
             cfg.actor.model_copy(update={"seed": cfg.run.seed}),
             cfg.model.path,
             cfg.model.cache_dir,
@@ -135,6 +136,7 @@ class Trainer:
         return train, held
 
     async def close(self) -> None:
+        await asyncio.to_thread(self.actor.close)
         if self.engine is not None:
             await self.engine.stop()
             self.engine = None

@@ -22,7 +22,9 @@ with prompt P and responses R, the forward shrinks from G (P + R) to P + G R tok
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import torch
@@ -197,17 +199,31 @@ class PackedDecoder:
         self.model = model
         self.layers = list(model.model.layers)
         self.shape = AttentionShape.of(model)
+        self.calls: list[Callable[..., torch.Tensor]] = [partial(self._layer, layer) for layer in self.layers]
+        """What forwards each decoder layer, ``(hidden, cos, sin, spans) -> hidden``: the layer's own
+        computation, or (sharded actor) the same wrapped in FSDP's gather/reshard hooks."""
+        self.entry: Callable[..., tuple[torch.Tensor, torch.Tensor]] = self.scored
+        """What the actor calls: :meth:`scored`, or (sharded actor) the same wrapped in FSDP's hooks of
+        the root unit (embeddings, final norm, lm_head)."""
+
+    def scored(
+        self, batch: PackedBatch, keep: torch.Tensor | None = None, gradient_checkpointing: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Hidden states of the scored rows ``[M, E]`` and the logits ``[K, V]`` of those ``keep``
+        selects (``[M]`` booleans; None: all M rows)."""
+        hidden = self.hidden(batch, gradient_checkpointing)  # [M, E]
+        return hidden, self.model.lm_head(hidden if keep is None else hidden[keep])  # [M or K, V]
 
     def hidden(self, batch: PackedBatch, gradient_checkpointing: bool = False) -> torch.Tensor:
         """Final-normed hidden states of the scored rows ``[M, E]`` (input of the lm_head)."""
         inner = self.model.model
         hidden = inner.embed_tokens(batch.input_ids)  # [N, E]
         cos, sin = rotary(self.model, hidden, batch.positions)  # [N, 1, D] each
-        for layer in self.layers:
+        for call in self.calls:
             if gradient_checkpointing and torch.is_grad_enabled():
-                hidden = checkpoint(self._layer, layer, hidden, cos, sin, batch.spans, use_reentrant=False)
+                hidden = checkpoint(call, hidden, cos, sin, batch.spans, use_reentrant=False)
             else:
-                hidden = self._layer(layer, hidden, cos, sin, batch.spans)
+                hidden = call(hidden, cos, sin, batch.spans)
         return inner.norm(hidden[batch.scored_rows])  # [M, E]
 
     def _layer(

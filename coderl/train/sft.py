@@ -23,22 +23,28 @@ from coderl.errors import ConfigError
 from coderl.tasks import load_tasks
 from coderl.tasks.overlap import without_overlap
 from coderl.tasks.synth.mutate import KINDS
-from coderl.train.actor import Actor
+from coderl.train.actor import Policy
 from coderl.train.config import SFTConfig
 from coderl.train.demos import gold_demonstrations, rollout_demonstrations
 from coderl.types import Task, Trajectory
 
 
+class NllLoss:
+    """The actor's loss_fn: -(sum of model-token log-probs) / (model tokens of the whole batch). A
+    class, not a closure, so the sharded actor can send it to its ranks."""
+
+    def __init__(self, batch: list[Trajectory]) -> None:
+        self.masks = [torch.tensor(t.response_mask, dtype=torch.float32) for t in batch]
+        self.total = max(float(sum(m.sum() for m in self.masks)), 1.0)
+
+    def __call__(self, indices: list[int], logprobs: list[torch.Tensor], *_: object) -> torch.Tensor:
+        terms = [(lp * self.masks[i].to(lp.device)).sum() for i, lp in zip(indices, logprobs, strict=True)]
+        return -torch.stack(terms).sum() / self.total
+
+
 def nll_loss(batch: list[Trajectory]) -> Callable[..., torch.Tensor]:
-    """The actor's loss_fn: -(sum of model-token log-probs) / (model tokens of the whole batch)."""
-    masks = [torch.tensor(t.response_mask, dtype=torch.float32) for t in batch]
-    total = max(float(sum(m.sum() for m in masks)), 1.0)
-
-    def loss_fn(indices: list[int], logprobs: list[torch.Tensor], *_: object) -> torch.Tensor:
-        terms = [(lp * masks[i].to(lp.device)).sum() for i, lp in zip(indices, logprobs, strict=True)]
-        return -torch.stack(terms).sum() / total
-
-    return loss_fn
+    """:class:`NllLoss` of ``batch``."""
+    return NllLoss(batch)
 
 
 async def build_demos(
@@ -98,7 +104,7 @@ def synth_kind(task: Task) -> str | None:
 
 
 def train_sft(
-    actor: Actor,
+    actor: Policy,
     demos: list[Trajectory],
     sft: SFTConfig,
     seed: int,

@@ -22,7 +22,7 @@ from typing import Any
 from coderl.checkpoint import resolve_checkpoint
 from coderl.engine.base import Engine
 from coderl.engine.config import EngineConfig, ModelConfig
-from coderl.train.actor import Actor
+from coderl.train.actor import Policy
 from coderl.train.config import ActorConfig, TrainConfig
 
 
@@ -32,14 +32,14 @@ class WeightSync(abc.ABC):
     name = "sync"
 
     @abc.abstractmethod
-    async def push(self, actor: Actor, engine: Engine, version: int) -> None:
+    async def push(self, actor: Policy, engine: Engine, version: int) -> None:
         """Make ``engine`` serve the actor's current weights (the run's policy ``version``)."""
 
 
 class InProcessSync(WeightSync):
     name = "in-process"
 
-    async def push(self, actor: Actor, engine: Engine, version: int) -> None:
+    async def push(self, actor: Policy, engine: Engine, version: int) -> None:
         state = await asyncio.to_thread(actor.state_dict_for_engine)
         await engine.update_weights(state)
 
@@ -54,12 +54,12 @@ class CheckpointFolderSync(WeightSync):
         self.folder = folder
         self.model = model
 
-    async def push(self, actor: Actor, engine: Engine, version: int) -> None:
+    async def push(self, actor: Policy, engine: Engine, version: int) -> None:
         await asyncio.to_thread(export_checkpoint, actor, self.model, self.folder)
         await engine.update_weights(self.folder)
 
 
-def export_checkpoint(actor: Actor, model: ModelConfig, folder: Path) -> Path:
+def export_checkpoint(actor: Policy, model: ModelConfig, folder: Path) -> Path:
     """The actor's current weights as a complete Hugging Face checkpoint folder (the base checkpoint's
     config and tokenizer, the weights - LoRA merged - in ``model.safetensors``), written atomically:
     what an HTTP server loads, and what ``model.path`` can start a later run from."""
@@ -91,7 +91,7 @@ class LoraAdapterSync(WeightSync):
     def __init__(self, parent: Path) -> None:
         self.parent = parent
 
-    async def push(self, actor: Actor, engine: Engine, version: int) -> None:
+    async def push(self, actor: Policy, engine: Engine, version: int) -> None:
         folder = self.parent / f"adapter-v{version}"
         await asyncio.to_thread(actor.save_adapter, folder)
         await engine.load_lora_adapter(folder)

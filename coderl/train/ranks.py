@@ -1,0 +1,314 @@
+"""The sharded actor: the policy trained on N rank processes with torch FSDP2 (``actor.ranks: N``).
+
+:class:`ShardedActor` has the :class:`~coderl.train.actor.Actor` interface the trainer uses and runs
+none of the model itself: it starts N processes on this machine (``torch.multiprocessing``, spawn),
+which form a torch.distributed group over loopback (gloo on CPU, NCCL on GPUs, one GPU per rank) and
+each build an :class:`Actor` sharded with FSDP2 (:mod:`coderl.train.fsdp`). Every call goes to every
+rank; each forwards every N-th micro-batch of the batch (packing and prefix sharing as on one rank),
+gradients are summed over ranks, so one update equals the 1-rank update up to float rounding.
+
+What crosses the pipes is ``torch.save``-d: batches (token ids), the loss function (it must pickle: a
+module-level class such as :class:`coderl.train.batch.BatchLoss`), and results — scores by sequence,
+metrics, and the whole weights (gathered once on rank 0) for the engine. A loss function with a
+``metric_state`` / ``merge_states`` pair (as :class:`~coderl.train.batch.BatchLoss` has) gets every
+rank's state back after the step, so the metrics it collects cover the whole batch.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+import socket
+import traceback
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from coderl.errors import ConfigError, ModelError
+from coderl.train.actor import Actor, LossFn, Policy, Scored
+from coderl.train.config import ActorConfig
+
+log = logging.getLogger(__name__)
+
+START_TIMEOUT_S = 600.0
+"""How long set-up waits for the ranks (each loads the model)."""
+
+
+def _send(conn: Any, value: Any) -> None:
+    buffer = io.BytesIO()
+    torch.save(value, buffer)
+    conn.send_bytes(buffer.getvalue())
+
+
+def _recv(conn: Any) -> Any:
+    return torch.load(io.BytesIO(conn.recv_bytes()), map_location="cpu", weights_only=False)
+
+
+def free_port() -> int:
+    """A TCP port on loopback nobody listens on now (the process group's rendezvous)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def backend_for(cfg: ActorConfig) -> str:
+    """The torch.distributed backend of ``cfg``'s ranks (``auto``: nccl on cuda, gloo on cpu)."""
+    if cfg.dist_backend != "auto":
+        return cfg.dist_backend
+    cuda = cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available())
+    return "nccl" if cuda else "gloo"
+
+
+def check_ranks(cfg: ActorConfig) -> None:
+    """Refuse a rank count this machine cannot run before any process starts."""
+    if cfg.lora_rank > 0:
+        raise ConfigError(f"actor.ranks={cfg.ranks} with actor.lora_rank={cfg.lora_rank}: the sharded actor trains full weights only")
+    backend = backend_for(cfg)
+    if backend == "nccl":
+        gpus = torch.cuda.device_count()
+        if cfg.ranks > gpus:
+            raise ConfigError(f"actor.ranks={cfg.ranks} needs a GPU per rank with nccl; this machine has {gpus}")
+        if cfg.device == "cpu":
+            raise ConfigError("actor.dist_backend=nccl needs actor.device=cuda (gloo trains on cpu)")
+
+
+def _rank_main(
+    rank: int,
+    world: int,
+    port: int,
+    cfg: ActorConfig,
+    model_path: Path | None,
+    cache_dir: Path | None,
+    value_head: bool,
+    conn: Any,
+) -> None:
+    """One rank: join the group, build a sharded Actor, then run the driver's calls until told to stop."""
+    import torch.distributed as dist
+
+    from coderl.train.actor import Actor
+
+    threads = max(1, (os.cpu_count() or 1) // world)
+    torch.set_num_threads(threads)
+    backend = backend_for(cfg)
+    if backend == "nccl":
+        torch.cuda.set_device(rank)
+    try:
+        dist.init_process_group(
+            backend,
+            init_method=f"tcp://127.0.0.1:{port}",
+            rank=rank,
+            world_size=world,
+            timeout=timedelta(seconds=START_TIMEOUT_S),
+        )
+        actor = Actor(cfg, model_path, cache_dir, value_head=value_head, sharded=True)
+        actor.setup()
+        _send(conn, ("ok", None))
+    except BaseException as exc:
+        _send(conn, ("error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
+        return
+    while True:
+        try:
+            method, args, kwargs = _recv(conn)
+        except EOFError:  # the driver is gone
+            break
+        if method == "stop":
+            break
+        try:
+            result = _run(actor, method, args, kwargs)
+            _send(conn, ("ok", result))
+        except BaseException as exc:
+            _send(conn, ("error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def _run(actor: Any, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    if method == "train_step":
+        loss_fn = args[3]
+        metrics = actor.train_step(*args, **kwargs)
+        return metrics, (loss_fn.metric_state() if hasattr(loss_fn, "metric_state") else None)
+    if method == "state_dict_for_engine":
+        return actor.state_dict_for_engine() if actor.rank == 0 else _sync_only(actor)
+    return getattr(actor, method)(*args, **kwargs)
+
+
+def _sync_only(actor: Any) -> None:
+    actor.state_dict_for_engine()  # the gather is a collective: the other ranks take part, return nothing
+
+
+class ShardedActor:
+    """The actor on ``cfg.ranks`` processes (module doc); same calls as :class:`Actor`."""
+
+    def __init__(
+        self,
+        cfg: ActorConfig,
+        model_path: Path | None = None,
+        cache_dir: Path | None = None,
+        value_head: bool = False,
+    ) -> None:
+        if cfg.ranks < 2:
+            raise ConfigError(f"ShardedActor needs actor.ranks >= 2, got {cfg.ranks}; use Actor for one rank")
+        self.cfg = cfg
+        self.model_path = model_path
+        self.cache_dir = cache_dir
+        self.with_value_head = value_head
+        self._step = 0
+        self._procs: list[Any] = []
+        self._conns: list[Any] = []
+
+    @property
+    def step(self) -> int:
+        """Optimizer steps taken (the policy version)."""
+        return self._step
+
+    def setup(self) -> None:
+        """Start the ranks; each loads the model and shards it. Raises the first rank's error."""
+        if self._procs:
+            return
+        check_ranks(self.cfg)
+        ctx = torch.multiprocessing.get_context("spawn")
+        port = free_port()
+        for rank in range(self.cfg.ranks):
+            ours, theirs = ctx.Pipe()
+            args = (rank, self.cfg.ranks, port, self.cfg, self.model_path, self.cache_dir, self.with_value_head, theirs)
+            proc = ctx.Process(target=_rank_main, args=args, daemon=True, name=f"coderl-actor-rank{rank}")
+            proc.start()
+            theirs.close()
+            self._procs.append(proc)
+            self._conns.append(ours)
+        try:
+            self._collect()
+        except BaseException:
+            self.close()
+            raise
+        log.info("actor: sharded over %d ranks (%s)", self.cfg.ranks, backend_for(self.cfg))
+
+    def _collect(self) -> list[Any]:
+        results: list[Any] = []
+        errors: list[str] = []
+        for rank, conn in enumerate(self._conns):
+            try:
+                status, value = _recv(conn)
+            except EOFError:
+                code = self._procs[rank].exitcode
+                status, value = "error", f"the rank process ended (exit code {code})"
+            if status == "error":
+                errors.append(f"rank {rank}: {value}")
+            results.append(value)
+        if errors:
+            raise ModelError("sharded actor: " + "\n".join(errors))
+        return results
+
+    def _call(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
+        if not self._conns:
+            raise ModelError("the actor is not set up; call actor.setup() first")
+        for conn in self._conns:
+            _send(conn, (method, args, kwargs))
+        return self._collect()
+
+    def reset_optimizer(self, lr: float | None = None) -> None:
+        """A fresh AdamW and schedule on every rank (see :meth:`Actor.reset_optimizer`)."""
+        self._call("reset_optimizer", lr)
+        self._step = 0
+
+    def snapshot_reference(self) -> None:
+        """Make the current policy the KL reference on every rank."""
+        self._call("snapshot_reference")
+
+    def score(
+        self,
+        sequences: list[list[int]],
+        starts: list[int],
+        temperature: float,
+        *,
+        reference: bool = False,
+        with_entropy: bool = False,
+        with_values: bool = False,
+    ) -> list[Scored]:
+        """:meth:`Actor.score`, each rank scoring its share of the micro-batches."""
+        shares = self._call(
+            "score_share",
+            sequences,
+            starts,
+            temperature,
+            reference=reference,
+            with_entropy=with_entropy,
+            with_values=with_values,
+        )
+        scored: dict[int, Scored] = {}
+        for share in shares:
+            scored.update(share)
+        return [scored[i] for i in range(len(sequences))]
+
+    def train_step(
+        self,
+        sequences: list[list[int]],
+        starts: list[int],
+        temperature: float,
+        loss_fn: LossFn,
+        with_entropy: bool = False,
+        score_masks: list[list[int]] | None = None,
+    ) -> dict[str, float]:
+        """:meth:`Actor.train_step` over the ranks: loss and tokens summed, the rest (grad norm, lr,
+        micro-batches, timings) from rank 0; ``loss_fn.merge_states`` gets each rank's metric state."""
+        try:
+            pickled = io.BytesIO()
+            torch.save(loss_fn, pickled)
+        except Exception as exc:
+            raise ConfigError(
+                f"the sharded actor sends loss_fn to its ranks, and {loss_fn!r} does not pickle ({exc}); "
+                "use a module-level function or class"
+            ) from exc
+        results = self._call("train_step", sequences, starts, temperature, loss_fn, with_entropy, score_masks)
+        metrics = dict(results[0][0])
+        for key in ("loss", "tokens"):  # each rank's share; micro_batches counts the whole batch already
+            metrics[key] = sum(r[0][key] for r in results)
+        metrics["tokens_per_s"] = metrics["tokens"] / max(metrics["step_s"], 1e-9)
+        merge = getattr(loss_fn, "merge_states", None)
+        if merge is not None:
+            merge([r[1] for r in results])
+        self._step += 1
+        return metrics
+
+    def state_dict_for_engine(self) -> dict[str, torch.Tensor]:
+        """The whole weights, gathered once (on rank 0), named as the HF model's ``state_dict``."""
+        state: dict[str, torch.Tensor] = self._call("state_dict_for_engine")[0]
+        return state
+
+    def save_adapter(self, folder: Path) -> None:
+        raise ConfigError("save_adapter needs a LoRA actor, and the sharded actor trains full weights")
+
+    def save(self, folder: Path) -> None:
+        """:meth:`Actor.save` (rank 0 writes): a checkpoint any number of ranks resumes from."""
+        self._call("save", Path(folder))
+
+    def load(self, folder: Path) -> None:
+        """:meth:`Actor.load` on every rank (sets the ranks up first if needed)."""
+        self.setup()
+        self._call("load", Path(folder))
+        self._step = int(torch.load(Path(folder) / "state.pt", map_location="cpu")["step"])
+
+    def close(self) -> None:
+        """Stop the rank processes."""
+        for conn in self._conns:
+            try:
+                _send(conn, ("stop", (), {}))
+            except (OSError, ValueError):
+                pass
+        for proc in self._procs:
+            proc.join(timeout=30)
+            if proc.is_alive():
+                proc.kill()
+        self._procs, self._conns = [], []
+
+
+def build_actor(
+    cfg: ActorConfig, model_path: Path | None, cache_dir: Path | None, value_head: bool = False
+) -> Policy:
+    """The actor ``cfg`` asks for: in this process (``actor.ranks: 1``) or sharded over N ranks."""
+    if cfg.ranks > 1:
+        return ShardedActor(cfg, model_path, cache_dir, value_head=value_head)
+    return Actor(cfg, model_path, cache_dir, value_head=value_head)
