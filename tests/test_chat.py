@@ -216,3 +216,58 @@ def test_parse_from_ids(chat: ChatFormat) -> None:
     end = chat.tokenizer.convert_tokens_to_ids("<|im_end|>")
     ids = chat.encode('<tool_call>{"name": "bash", "arguments": {"command": "ls"}}</tool_call>') + [end]
     assert chat.parse(ids).tool_calls[0].arguments == {"command": "ls"}
+
+
+# ---------------------------------------------------------------- Qwen3-Coder's XML calls
+
+
+def test_xml_calls_keep_raw_values() -> None:
+    code = 'def f(x):\n    return "a\\\\b" if x else {}\n'
+    text = (
+        "I will fix it.\n<tool_call>\n<function=replace_function>\n<parameter=path>\nsrc/a.py\n</parameter>\n"
+        f"<parameter=text>\n{code}</parameter>\n</function>\n</tool_call>"
+    )
+    for fmt in ("xml", "auto"):
+        p = parse_completion(text, fmt)  # type: ignore[arg-type]
+        assert p.content == "I will fix it." and not p.errors
+        assert [(c.name, c.arguments) for c in p.tool_calls] == [
+            ("replace_function", {"path": "src/a.py", "text": code.rstrip("\n")})
+        ]
+    bare = parse_completion("<tool_call>\n<function=submit>\n</function>\n</tool_call>", "xml")
+    assert bare.tool_calls[0].name == "submit" and bare.tool_calls[0].arguments == {}
+    # auto still reads a JSON body as Hermes
+    assert parse_completion('<tool_call>{"name": "a", "arguments": {}}</tool_call>').tool_calls[0].name == "a"
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ('<tool_call>{"name": "a", "arguments": {}}</tool_call>', "does not start with <function=NAME>"),
+        ("<tool_call>\n<function=>\n</function>\n</tool_call>", "empty function name"),
+        ("<tool_call>\n<function=view>\n<parameter=path>\na.py\n</parameter>\n</tool_call>", "missing </function>"),
+        ("<tool_call>\n<function=view>\n<parameter=path>\na.py\n</function>\n</tool_call>", "missing </parameter>"),
+        ("<tool_call>\n<function=view>\npath: a.py\n</function>\n</tool_call>", "outside any <parameter"),
+    ],
+)
+def test_malformed_xml_calls_become_errors(text: str, fragment: str) -> None:
+    p = parse_completion(text, "xml")
+    assert p.tool_calls == [] and len(p.errors) == 1 and fragment in p.errors[0], p.errors
+    assert "<parameter=KEY>value</parameter>" in p.errors[0]
+
+
+def test_xml_format_shows_and_renders_calls_as_xml(tokenizer: Any) -> None:
+    chat = ChatFormat(tokenizer, "xml")
+    tools = [{"type": "function", "function": {"name": "view", "parameters": {
+        "type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}}]  # fmt: skip
+    call = {"id": "c0", "type": "function", "function": {"name": "view", "arguments": '{"path": "a.py"}'}}
+    text = chat.render_text(
+        [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "", "tool_calls": [call]}],
+        tools,
+        add_generation_prompt=False,
+    )
+    example = "<tool_call>\n<function=view>\n<parameter=path>\n...\n</parameter>\n</function>\n</tool_call>"
+    assert example in text  # the system turn's example is a real call in this format
+    assert "<tool_call>\n<function=view>\n<parameter=path>\na.py\n</parameter>\n</function>\n</tool_call>" in text
+    assert '{"name": "view", "arguments"' not in text
+    parsed = chat.parse(chat.encode(text.split("<|im_start|>assistant\n")[-1]))
+    assert parsed.tool_calls[0].arguments == {"path": "a.py"}

@@ -1,9 +1,12 @@
 """Decode a completion's text into content and tool calls.
 
-Formats: ``hermes`` (``<tool_call>{json}</tool_call>``, as Qwen / Hermes models write them), ``json``
-(a plain-text fallback: a JSON object with ``name`` and ``arguments`` anywhere in the text, fenced or
-bare) and ``auto`` (hermes if the text has a ``<tool_call>`` tag, else json). A malformed call is never
-an exception: it becomes an entry in ``errors`` that an agent can answer with a corrective message.
+Formats: ``hermes`` (``<tool_call>{json}</tool_call>``, as Qwen / Hermes models write them), ``xml``
+(Qwen3-Coder's ``<tool_call><function=NAME><parameter=KEY>value</parameter></function></tool_call>``,
+whose values are raw text: code goes in as it reads, without JSON escapes), ``json`` (a plain-text
+fallback: a JSON object with ``name`` and ``arguments`` anywhere in the text, fenced or bare) and
+``auto`` (a ``<tool_call>`` block is xml when it opens with ``<function=``, else hermes; json when
+there is no such tag). A malformed call is never an exception: it becomes an entry in ``errors`` that
+an agent can answer with a corrective message.
 """
 
 from __future__ import annotations
@@ -13,9 +16,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-ToolFormat = Literal["hermes", "json", "auto"]
+ToolFormat = Literal["hermes", "json", "xml", "auto"]
 
 _HERMES = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.DOTALL)
+_XML_FUNCTION = re.compile(r"\A<function=([^>\n]*)>(.*?)(</function>\s*\Z|\Z)", re.DOTALL)
+_XML_PARAMETER = re.compile(r"<parameter=([^>\n]*)>(.*?)(</parameter>|(?=<parameter=)|\Z)", re.DOTALL)
+XML_EXPECTED = "expected <function=NAME>, then <parameter=KEY>value</parameter> for each argument, then </function>"
 
 
 @dataclass
@@ -47,24 +53,28 @@ class ParsedCompletion:
 
 def parse_completion(text: str, fmt: ToolFormat = "auto", id_prefix: str = "call") -> ParsedCompletion:
     """Split ``text`` into content and tool calls in format ``fmt``."""
-    if fmt == "hermes" or (fmt == "auto" and "<tool_call>" in text):
-        parsed = _parse_hermes(text)
+    if fmt in ("hermes", "xml") or (fmt == "auto" and "<tool_call>" in text):
+        parsed = _parse_hermes(text, xml=fmt)
     elif fmt in ("json", "auto"):
         parsed = _parse_json(text)
     else:
-        raise ValueError(f"unknown tool-call format {fmt!r}; use 'hermes', 'json' or 'auto'")
+        raise ValueError(f"unknown tool-call format {fmt!r}; use 'hermes', 'xml', 'json' or 'auto'")
     for i, call in enumerate(parsed.tool_calls):
         call.id = f"{id_prefix}_{i}"
     return parsed
 
 
-def _parse_hermes(text: str) -> ParsedCompletion:
+def _parse_hermes(text: str, xml: str = "auto") -> ParsedCompletion:
+    """``<tool_call>`` blocks; each body is JSON (hermes), Qwen3-Coder's XML (xml), or either by its
+    first characters (auto)."""
     calls: list[ToolCall] = []
     errors: list[str] = []
     for n, match in enumerate(_HERMES.finditer(text), start=1):
         body = match.group(1).strip()
         unterminated = not match.group(0).endswith("</tool_call>")
-        call, error = _call_from_json_text(body, where=f"tool call #{n}")
+        as_xml = xml == "xml" or (xml == "auto" and body.startswith("<function="))
+        parse = _call_from_xml_text if as_xml else _call_from_json_text
+        call, error = parse(body, f"tool call #{n}")
         if call is not None:
             call.raw = match.group(0)
             calls.append(call)
@@ -98,6 +108,32 @@ def _parse_json(text: str) -> ParsedCompletion:
         content = content[:start] + content[end:]
     content = re.sub(r"```(?:json)?\s*```", "", content).strip()
     return ParsedCompletion(content, calls, [])
+
+
+def _call_from_xml_text(body: str, where: str) -> tuple[ToolCall | None, str | None]:
+    """One Qwen3-Coder call: values are the raw text between the tags, less the one newline that
+    opens and the one that closes each (as the format writes them)."""
+    function = _XML_FUNCTION.match(body)
+    if function is None:
+        return None, f"{where} does not start with <function=NAME>: {body[:200]!r}; {XML_EXPECTED}"
+    name = function.group(1).strip()
+    if not name:
+        return None, f"{where} has an empty function name: {body[:200]!r}; {XML_EXPECTED}"
+    if not function.group(3):
+        return None, f"{where} ({name}) is missing </function>: {body[-200:]!r}; {XML_EXPECTED}"
+    inner = function.group(2)
+    args: dict[str, Any] = {}
+    for param in _XML_PARAMETER.finditer(inner):
+        key = param.group(1).strip()
+        if not param.group(3):
+            return None, f"{where} ({name}) is missing </parameter> after <parameter={key}>; {XML_EXPECTED}"
+        value = param.group(2)
+        value = value[1:] if value.startswith("\n") else value
+        args[key] = value[:-1] if value.endswith("\n") else value
+    stray = _XML_PARAMETER.sub("", inner).strip()
+    if stray:
+        return None, f"{where} ({name}) has text outside any <parameter=...>: {stray[:200]!r}; {XML_EXPECTED}"
+    return ToolCall(name=name, arguments=args), None
 
 
 def _call_from_json_text(body: str, where: str) -> tuple[ToolCall | None, str | None]:

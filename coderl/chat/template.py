@@ -49,13 +49,15 @@ class ChatFormat:
         self._trailer = self._assistant_trailer()
 
     @classmethod
-    def for_model(cls, model: ModelConfig | None = None, tool_format: ToolFormat = "auto") -> ChatFormat:
+    def for_model(cls, model: ModelConfig | None = None, tool_format: ToolFormat | None = None) -> ChatFormat:
         """The chat format of the configured model's tokenizer (``model.path``; the default model
-        when empty), loaded from its local checkpoint folder."""
+        when empty), loaded from its local checkpoint folder, with ``model.tool_format`` (unless
+        ``tool_format`` is given)."""
         from coderl.checkpoint import load_tokenizer, resolve_checkpoint
 
         folder = resolve_checkpoint(model.path, model.cache_dir) if model is not None else resolve_checkpoint()
-        return cls(load_tokenizer(folder), tool_format)
+        fmt = tool_format or (model.tool_format if model is not None else "auto")
+        return cls(load_tokenizer(folder), fmt)
 
     # ------------------------------------------------------------------ rendering
     def render_text(
@@ -69,7 +71,7 @@ class ChatFormat:
             msgs = [_normalise_native(m) for m in messages]
             kwargs: dict[str, Any] = {"tools": tools} if tools else {}
         else:
-            msgs, kwargs = to_hermes_messages(messages, tools), {}
+            msgs, kwargs = to_hermes_messages(messages, tools, xml=self.tool_format == "xml"), {}
         try:
             text = self.tokenizer.apply_chat_template(
                 msgs, tokenize=False, add_generation_prompt=add_generation_prompt, **kwargs

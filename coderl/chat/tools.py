@@ -3,7 +3,10 @@
 Such templates (SmolLM2's, for one) get the Hermes convention that Qwen and NousResearch models use:
 the schemas as JSON inside ``<tools></tools>`` in the system message, calls as
 ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` in assistant text, and results as a user
-turn wrapped in ``<tool_response></tool_response>``.
+turn wrapped in ``<tool_response></tool_response>``. With the ``xml`` tool format, calls are written
+as Qwen3-Coder writes them instead: ``<function=NAME>`` and one ``<parameter=KEY>`` block per argument
+inside ``<tool_call>``, values as raw text (what a model copies from a file listing stays the same
+tokens; inside a JSON string newlines and quotes would become escapes).
 """
 
 from __future__ import annotations
@@ -23,11 +26,18 @@ TOOLS_PREAMBLE = (
 """The example call is a real one (the first tool, its required arguments): small models copy the
 example they are shown, and a placeholder name would make every copied call invalid."""
 
+XML_TOOLS_PREAMBLE = (
+    "You can call functions. Their signatures are inside <tools></tools>:\n<tools>\n{tools}\n</tools>\n"
+    "To call one, write its name and each argument inside <tool_call></tool_call>, values as plain text "
+    "(no quotes, no escapes), e.g.\n{example}"
+)
+
 _PLACEHOLDERS = {"string": "...", "integer": 1, "number": 1, "boolean": True, "array": [], "object": {}}
 
 
-def example_call(tools: list[dict[str, Any]]) -> str:
-    """A well-formed call of the first tool with placeholder values for its required arguments."""
+def example_call(tools: list[dict[str, Any]], xml: bool = False) -> str:
+    """A well-formed call of the first tool with placeholder values for its required arguments (JSON,
+    or the whole ``<tool_call>`` block in the xml format)."""
     fn = tools[0].get("function", tools[0])
     params = fn.get("parameters") or {}
     props = params.get("properties") or {}
@@ -35,6 +45,8 @@ def example_call(tools: list[dict[str, Any]]) -> str:
         name: _PLACEHOLDERS.get(str((props.get(name) or {}).get("type")), "...")
         for name in params.get("required") or []
     }
+    if xml:
+        return xml_call_text({"name": fn.get("name"), "arguments": args})
     return json.dumps({"name": fn.get("name"), "arguments": args}, ensure_ascii=False)
 
 
@@ -71,11 +83,25 @@ def hermes_call_text(call: dict[str, Any]) -> str:
     return "<tool_call>\n" + json.dumps(body, ensure_ascii=False) + "\n</tool_call>"
 
 
-def to_hermes_messages(messages: list[Message], tools: list[dict[str, Any]] | None) -> list[Message]:
-    """Rewrite OpenAI-style messages with tools / tool calls / tool results into plain-text turns."""
+def xml_call_text(call: dict[str, Any]) -> str:
+    """A call in Qwen3-Coder's format: string values as they are, others as JSON."""
+    fn = call.get("function", call)
+    rows = ["<tool_call>", f"<function={fn.get('name')}>"]
+    for key, value in arguments_dict(fn.get("arguments", {})).items():
+        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        rows += [f"<parameter={key}>", text, "</parameter>"]
+    return "\n".join([*rows, "</function>", "</tool_call>"])
+
+
+def to_hermes_messages(
+    messages: list[Message], tools: list[dict[str, Any]] | None, xml: bool = False
+) -> list[Message]:
+    """Rewrite OpenAI-style messages with tools / tool calls / tool results into plain-text turns
+    (calls in the Hermes JSON form, or with ``xml`` in Qwen3-Coder's)."""
     out: list[Message] = []
     if tools:
-        preamble = TOOLS_PREAMBLE.format(tools=tool_schemas_text(tools), example=example_call(tools))
+        template = XML_TOOLS_PREAMBLE if xml else TOOLS_PREAMBLE
+        preamble = template.format(tools=tool_schemas_text(tools), example=example_call(tools, xml))
         if messages and messages[0].get("role") == "system":
             out.append({"role": "system", "content": f"{_text(messages[0])}\n\n{preamble}"})
             messages = messages[1:]
@@ -85,7 +111,7 @@ def to_hermes_messages(messages: list[Message], tools: list[dict[str, Any]] | No
         role = msg.get("role")
         if role == "assistant" and msg.get("tool_calls"):
             parts = [_text(msg)] if _text(msg) else []
-            parts += [hermes_call_text(c) for c in msg["tool_calls"]]
+            parts += [xml_call_text(c) if xml else hermes_call_text(c) for c in msg["tool_calls"]]
             out.append({"role": "assistant", "content": "\n".join(parts)})
         elif role == "tool":
             block = f"<tool_response>\n{_text(msg)}\n</tool_response>"

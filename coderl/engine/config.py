@@ -20,6 +20,10 @@ class ModelConfig(Section):
     """Device for the embedded engine; auto = cuda when available, else cpu."""
     cache_dir: Path | None = None
     """Where converted checkpoints are cached; default the user cache dir (CODERL_CACHE_DIR also works)."""
+    tool_format: Literal["auto", "hermes", "xml", "json"] = "auto"
+    """How the model writes tool calls: hermes = JSON in <tool_call> tags; xml = Qwen3-Coder's
+    <function=NAME><parameter=KEY>raw value</parameter> inside <tool_call> (code without JSON escapes);
+    json = a bare JSON object; auto = whichever a reply uses (templates without tool support are shown hermes)."""
 
 
 class EngineConfig(Section):

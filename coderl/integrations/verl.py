@@ -71,7 +71,7 @@ class CoderlAgentLoop(AgentLoopBase):
         self.coderl: Config = load_config(
             coderl_config, overrides=list(coderl_overrides or []), defaults=default_train_config()
         )
-        self.chat = ChatFormat(self.tokenizer)
+        self.chat = ChatFormat(self.tokenizer, self.coderl.model.tool_format)
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
         extra_info = kwargs.get("extra_info")

@@ -56,7 +56,7 @@ class LiveText:
         self.prefix = prefix
         self.strip = parse_tools
         self.markers = ["<tool_call>"] if parse_tools else []
-        if parse_tools and tool_format != "hermes":
+        if parse_tools and tool_format not in ("hermes", "xml"):
             self.markers.append("{")
         self.ids: list[int] = []
         self.ends: list[int] = []  # the text length after each token

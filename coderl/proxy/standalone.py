@@ -23,4 +23,5 @@ def build_proxy(cfg: Config) -> tuple[Any, str]:
         engine = RelayEngine(cfg.proxy, model=name)
     else:
         engine = create_engine(cfg.engine, cfg.model, seed=cfg.run.seed)
-    return create_app(cfg.proxy, engine, ChatFormat(load_tokenizer(folder)), model_name=name), name
+    chat = ChatFormat(load_tokenizer(folder), cfg.model.tool_format)
+    return create_app(cfg.proxy, engine, chat, model_name=name), name
