@@ -198,3 +198,35 @@ async def test_response_prefix_is_written_by_the_environment(task: Task, tokeniz
     first_model = traj.response_mask.index(1)
     assert traj.response_ids[first_model - len(opener) : first_model] == opener
     assert set(traj.response_mask[first_model - len(opener) : first_model]) == {0}
+
+
+def xml_call(tool: str, **args: str) -> str:
+    body = "".join(f"<parameter={k}>\n{v}\n</parameter>\n" for k, v in args.items())
+    return f"<tool_call>\n<function={tool}>\n{body}</function>\n</tool_call>"
+
+
+async def test_symbol_tools_show_and_replace_whole_functions(task: Task, tokenizer: Any) -> None:
+    fixed = "def add(a, b):\n    # fixed\n    return a + b"
+    engine = ScriptedChatEngine(tokenizer, [
+        xml_call("show_function", name="add"),
+        xml_call("show_function", name="nope"),
+        xml_call("replace_function", path="calc.py", name="add", text="def add(a, b):\n    return (a +"),
+        xml_call("replace_function", path="calc.py", name="div", text="x"),
+        xml_call("replace_function", path="calc.py", name="add", text=fixed),
+        xml_call("view", path="calc.py", start="1", end="z"),
+        xml_call("submit"),
+    ])  # fmt: skip
+    ctx = ctx_for(engine, tokenizer)
+    ctx.chat = ChatFormat(tokenizer, "xml")
+    traj = await get_loop("swe").run(task, ctx)
+    text = tokenizer.decode(traj.response_ids)
+    assert traj.exit_status == "submitted" and traj.metrics["format_errors"] == 0, traj.error
+    assert "calc.py, lines 1-2:\ndef add(a, b):\n    return a - b\n" in text  # file, lines, raw source
+    assert "No function named 'nope'" in text
+    assert "would not parse" in text and "the file is unchanged" in text
+    assert "0 functions named 'div' in calc.py." in text
+    assert "Replaced add in calc.py." in text
+    assert "view needs end as a whole number, got 'z'" in text
+    assert "+    # fixed" in traj.patch and "+    return a + b" in traj.patch
+    assert (await grade(task, traj.patch)).resolved
+    assert_token_exact(traj, engine)

@@ -1,17 +1,22 @@
 """``swe``: an SWE-agent-style agent-computer interface in a sandbox.
 
 Tools: ``bash``; a file editor (``view`` with line numbers and ranges, ``create``, ``str_replace``
-that needs a unique match, ``insert``, ``undo_edit``); ``find_file``; ``search``; ``submit``. The
-patch is the repository's diff against its starting state (a git baseline made at the start),
-collected on submit or when a limit ends the rollout.
+that needs a unique match, ``insert``, ``undo_edit``); ``find_file``; ``search``; symbol tools
+(``show_function``: a function's file, lines and source by name; ``replace_function``: its whole
+source rewritten, refused when the file would no longer parse); ``submit``. The patch is the
+repository's diff against its starting state (a git baseline made at the start), collected on submit
+or when a limit ends the rollout.
 """
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import contextlib
+import re
 import shlex
 
+from coderl.agents import symbols
 from coderl.agents.base import AgentContext
 from coderl.agents.baseline import GIT_BASELINE
 from coderl.agents.tool_loop import ToolLoop
@@ -29,7 +34,10 @@ SYSTEM = (
 class SWELoop(ToolLoop):
     name = "swe"
     system_prompt = SYSTEM
-    tool_names = ("bash", "view", "create", "str_replace", "insert", "undo_edit", "find_file", "search", "submit")
+    tool_names = (
+        "bash", "view", "create", "str_replace", "insert", "undo_edit", "find_file", "search", "show_function",
+        "replace_function", "submit",
+    )  # fmt: skip
 
     def __init__(self) -> None:
         super().__init__()
@@ -53,6 +61,10 @@ class SWELoop(ToolLoop):
             Tool("undo_edit", "Undo the last edit of a file.", params(path="string"), self.undo_edit),
             Tool("find_file", "Find files whose name matches a pattern, e.g. *.py.", params(pattern="string"), self.find_file),
             Tool("search", "Search the repository for a text.", params(["text"], text="string", path="string"), self.search),
+            Tool("show_function", "Show a function's file, lines and source, by name (name or Class.name).",
+                 params(name="string"), self.show_function),
+            Tool("replace_function", "Replace a function's whole source in a file with new text.",
+                 params(path="string", name="string", text="string"), self.replace_function),
             Tool("submit", "Submit your changes and finish.", params([]), lambda: "Submitted.", True),
         ]  # fmt: skip
 
@@ -168,6 +180,49 @@ class SWELoop(ToolLoop):
             f"find . -name {shlex.quote(pattern)} -not -path './.git/*' | head -50", timeout=30
         )
         return r.stdout.strip() or f"No files match {pattern!r}."
+
+    async def show_function(self, name: str) -> str:
+        bare = name.strip().rsplit(".", 1)[-1]
+        if not re.fullmatch(r"[A-Za-z_]\w*", bare):
+            return f"Error: {name!r} is not a function name (a name such as parse, or Class.parse)."
+        pattern = shlex.quote("def " + bare + r"\b")
+        cmd = f"grep -rlE --include=*.py --exclude-dir=.git -- {pattern} . | sort | head -20"
+        r = await (await self._box()).exec(cmd, timeout=30)
+        shown: list[str] = []
+        for path in r.stdout.split():
+            path = path.removeprefix("./")
+            text = await self._read(path)
+            try:
+                found = symbols.named(text, name.strip()) if text is not None else []
+            except (SyntaxError, ValueError):
+                continue
+            shown += [f"{path}, lines {f.first}-{f.last}:\n{f.text(text or '')}" for f in found]
+        if not shown:
+            return f"No function named {name!r} in the repository's .py files."
+        more = f"\n[{len(shown) - 3} more not shown]" if len(shown) > 3 else ""
+        return "\n".join(shown[:3]).rstrip("\n") + more
+
+    async def replace_function(self, path: str, name: str, text: str) -> str:
+        current = await self._read(path)
+        if current is None:
+            return f"Error: no file {path!r}."
+        try:
+            found = symbols.named(current, name.strip())
+        except (SyntaxError, ValueError) as exc:
+            return f"Error: {path} does not parse ({exc}); edit it with str_replace."
+        if len(found) != 1:
+            where = ", ".join(f"{f.qualname} at line {f.first}" for f in found)
+            return (
+                f"Error: {len(found)} functions named {name!r} in {path}"
+                + (f" ({where}); name one as Class.name." if found else ".")
+            )
+        new = symbols.replace_function(current, found[0], text)
+        try:
+            ast.parse(new)
+        except SyntaxError as exc:
+            return f"Error: with this text {path} would not parse ({exc.msg}, line {exc.lineno}); the file is unchanged."
+        await self._write(path, new, current)
+        return f"Replaced {found[0].qualname} in {path}."
 
     async def search(self, text: str, path: str = ".") -> str:
         cmd = f"grep -rn --exclude-dir=.git -F -- {shlex.quote(text)} {shlex.quote(path)} | head -50"

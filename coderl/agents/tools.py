@@ -38,10 +38,26 @@ class Tool:
                 + (f"has no parameter {', '.join(unknown)}" if unknown else "")
                 + f". Parameters: {', '.join(props) or 'none'}."
             )
+        arguments, bad = self._coerced(arguments, props)
+        if bad:
+            return f"Error: {self.name} needs {bad}."
         result = self.fn(**arguments)
         if inspect.isawaitable(result):
             result = await result
         return str(result)
+
+
+    def _coerced(self, arguments: dict[str, Any], props: dict[str, Any]) -> tuple[dict[str, Any], str]:
+        """Integer arguments written as text (formats whose values are raw text) as ints; what is
+        wrong when one is not a whole number."""
+        out = dict(arguments)
+        for key, value in arguments.items():
+            if (props.get(key) or {}).get("type") == "integer" and isinstance(value, str):
+                try:
+                    out[key] = int(value.strip())
+                except ValueError:
+                    return out, f"{key} as a whole number, got {value[:40]!r}"
+        return out, ""
 
 
 def params(required: list[str] | None = None, **props: str) -> dict[str, Any]:

@@ -57,3 +57,38 @@ def without_test_changes(
     for piece in split_patch(patch):
         (dropped if is_test_file(piece.path, protected) else kept).append(piece)
     return "".join(p.text for p in kept), [p.path for p in dropped]
+
+
+def apply_file_diff(text: str, file_diff: str) -> str:
+    """``text`` (one file's content) with a one-file unified diff applied, every context and removed
+    line checked; ValueError naming the hunk when the diff does not fit."""
+    lines = text.splitlines(keepends=True)
+    out: list[str] = []
+    at = 0  # lines of ``lines`` already copied or consumed
+    rows = file_diff.splitlines(keepends=True)
+    i = 0
+    while i < len(rows):
+        header = re.match(r"@@ -(\d+)(?:,(\d+))? \+\d+(?:,\d+)? @@", rows[i])
+        i += 1
+        if header is None:
+            continue
+        start = int(header.group(1)) - (0 if header.group(2) == "0" else 1)  # 0-based first old line
+        if start < at:
+            raise ValueError(f"hunk {header.group(0)!r} overlaps the one before it")
+        out += lines[at:start]
+        at = start
+        while i < len(rows) and not rows[i].startswith("@@"):
+            row = rows[i]
+            i += 1
+            if row.startswith("\\"):  # "\ No newline at end of file"
+                continue
+            body = row[1:]
+            if row[:1] in (" ", "-"):
+                if at >= len(lines) or lines[at].rstrip("\r\n") != body.rstrip("\r\n"):
+                    raise ValueError(f"hunk {header.group(0)!r} does not match line {at + 1}: {body.rstrip()!r}")
+                if row[0] == " ":
+                    out.append(lines[at])
+                at += 1
+            elif row.startswith("+"):
+                out.append(body if body.endswith("\n") else body + "\n")
+    return "".join(out + lines[at:])

@@ -1,0 +1,77 @@
+"""Functions by name (coderl.agents.symbols) and applying a unified diff (coderl.tasks.patching)."""
+
+from __future__ import annotations
+
+import pytest
+
+from coderl.agents import symbols
+from coderl.tasks.patching import apply_file_diff
+
+SOURCE = '''import functools
+
+
+def top(x):
+    return x
+
+
+class Box:
+    @functools.cache
+    def get(self, key):
+        """Docs."""
+        return key
+
+    def put(self, key):
+        def inner():
+            return key
+        return inner
+
+
+def get(y):
+    return -y
+'''
+
+
+def test_functions_are_found_by_qualified_or_bare_name() -> None:
+    assert [(f.qualname, f.first, f.last) for f in symbols.functions(SOURCE)] == [
+        ("top", 4, 5), ("Box.get", 9, 12), ("Box.put", 14, 17), ("Box.put.inner", 15, 16), ("get", 20, 21)
+    ]  # fmt: skip
+    assert [f.qualname for f in symbols.named(SOURCE, "Box.get")] == ["Box.get"]
+    assert [f.qualname for f in symbols.named(SOURCE, "get")] == ["get"]  # the exact name wins
+    assert [f.qualname for f in symbols.named(SOURCE, "inner")] == ["Box.put.inner"]
+    assert symbols.named(SOURCE, "missing") == []
+    box_get = symbols.named(SOURCE, "Box.get")[0]
+    assert box_get.text(SOURCE) == '    @functools.cache\n    def get(self, key):\n        """Docs."""\n        return key\n'
+    with pytest.raises(SyntaxError):
+        symbols.functions("def broken(:\n")
+
+
+def test_replacing_a_function_keeps_the_rest_of_the_file() -> None:
+    top = symbols.named(SOURCE, "top")[0]
+    new = symbols.replace_function(SOURCE, top, "def top(x):\n    return x + 1")
+    assert new == SOURCE.replace("    return x\n", "    return x + 1\n", 1)
+    last = symbols.named(SOURCE, "get")[0]
+    assert symbols.replace_function(SOURCE, last, "def get(y):\n    return y\n").endswith("def get(y):\n    return y\n")
+
+
+DIFF = """--- a/m.py
++++ b/m.py
+@@ -1,3 +1,3 @@
+ a = 1
+-b = 2
++b = 3
+ c = 3
+@@ -5,2 +5,4 @@ def f():
+ e = 5
++f = 6
++g = 7
+ h = 8
+"""
+
+
+def test_a_unified_diff_applies_with_its_context_checked() -> None:
+    old = "a = 1\nb = 2\nc = 3\nd = 4\ne = 5\nh = 8\ni = 9\n"
+    assert apply_file_diff(old, DIFF) == "a = 1\nb = 3\nc = 3\nd = 4\ne = 5\nf = 6\ng = 7\nh = 8\ni = 9\n"
+    with pytest.raises(ValueError, match="does not match line 2: 'b = 2'"):
+        apply_file_diff(old.replace("b = 2", "b = 0"), DIFF)
+    insert_at_top = "--- a/m.py\n+++ b/m.py\n@@ -0,0 +1 @@\n+top = 0\n"
+    assert apply_file_diff("x = 1\n", insert_at_top) == "top = 0\nx = 1\n"
