@@ -72,3 +72,23 @@ async def test_a_sample_of_the_synth_tier_validates() -> None:
     sample = random.Random(0).sample(load_tasks("bundled:synth"), 8)
     report = await validate_tasks(sample, concurrency=2)
     assert report["failures"] == [] and report["ok"] == 8
+
+
+def test_synth_tasks_say_where_their_bug_is_and_can_be_filtered_by_it() -> None:
+    from coderl.errors import TaskError
+    from coderl.tasks.synth.issue import bug_in, issue_callee
+
+    synth = load_tasks("bundled:synth")
+    callee = load_tasks("bundled:synth?bug_in=callee")
+    helper = load_tasks("bundled:synth?bug_in=helper")
+    assert len(callee) >= 150 and len(callee) + len(helper) == len(synth)
+    for t in callee:  # the function the issue calls first is the mutated one
+        assert issue_callee(t.instruction) == t.metadata["synth"]["function"].rsplit(".", 1)[-1], t.id
+    for t in synth:
+        assert t.metadata["synth"]["bug_in"] == bug_in(t.instruction, t.metadata["synth"]["function"]), t.id
+    with pytest.raises(TaskError, match="bug_in='nowhere'; use one of callee, helper"):
+        load_tasks("bundled:synth?bug_in=nowhere")
+    with pytest.raises(TaskError, match="bug_in filters synthesised tasks"):
+        load_tasks("bundled:warmup?bug_in=callee")
+    with pytest.raises(TaskError, match=r"unknown parameter\(s\) \['level'\]"):
+        load_tasks("bundled:synth?level=1")

@@ -118,6 +118,7 @@ def test_synth_on_an_unseen_repository_gives_tasks_that_validate(tmp_path: Path,
         assert withheld <= set(t.hidden_tests)  # the catching tests run at grading...
         assert not any((t.repo / p).exists() for p in withheld)  # ...and are not in the agent's snapshot
         assert t.metadata["synth"]["kind"] in KINDS  # type: ignore[index]
+        assert t.metadata["synth"]["bug_in"] in ("callee", "helper")  # type: ignore[index]
         assert t.instruction.count("`tests/") >= 1 and "romankit/" not in t.instruction
     assert main(["tasks", "validate", f"tasks.source=native:{out}", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)

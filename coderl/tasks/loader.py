@@ -7,6 +7,10 @@ Sources:
   native:DIR                    a native task folder or a folder of them
   dataset:FILE.parquet          a dataset written by 'coderl tasks convert'
   PATH                          guessed from what is there
+
+Synthesised tasks (``coderl tasks synth``, the bundled ``synth`` tier) can be filtered by where their
+bug lies: ``?bug_in=callee`` keeps those whose bug is in the function the issue text calls first,
+``?bug_in=helper`` the others (``bundled:synth?bug_in=callee``).
 """
 
 from __future__ import annotations
@@ -18,6 +22,9 @@ from coderl.errors import TaskError
 from coderl.types import Task
 
 KINDS = ("bundled", "swebench", "harbor", "native", "dataset")
+BUG_IN = ("callee", "helper")
+QUERY_KEYS = {"swebench": ("repos", "test_command", "bug_in")}
+"""The ``?key=value`` parameters each kind reads (every other kind: ``bug_in`` only)."""
 
 
 def load_tasks(source: str = "bundled") -> list[Task]:
@@ -26,6 +33,11 @@ def load_tasks(source: str = "bundled") -> list[Task]:
         kind, rest = _guess(Path(source)), source
     path_text, _, query = rest.partition("?")
     params = {k: v[-1] for k, v in parse_qs(query).items()}
+    unknown = sorted(set(params) - set(QUERY_KEYS.get(kind, ("bug_in",))))
+    if unknown:
+        raise TaskError(
+            f"{source}: unknown parameter(s) {unknown}; {kind} sources take {', '.join(QUERY_KEYS.get(kind, ('bug_in',)))}"
+        )
     if kind == "bundled":
         from coderl.tasks.native import load_bundled
 
@@ -47,11 +59,32 @@ def load_tasks(source: str = "bundled") -> list[Task]:
         from coderl.tasks.dataset import read_parquet
 
         tasks = read_parquet(Path(path_text))
+    if "bug_in" in params:
+        tasks = _where_bug_is(tasks, params["bug_in"], source)
     ids = [t.id for t in tasks]
     dupes = sorted({i for i in ids if ids.count(i) > 1})
     if dupes:
         raise TaskError(f"{source}: duplicate task ids {dupes[:5]}")
     return tasks
+
+
+def _where_bug_is(tasks: list[Task], where: str, source: str) -> list[Task]:
+    """The synthesised tasks whose ``metadata.synth.bug_in`` is ``where``."""
+    if where not in BUG_IN:
+        raise TaskError(f"{source}: bug_in={where!r}; use one of {', '.join(BUG_IN)}")
+    marks = {t.id: _synth_mark(t) for t in tasks}
+    unmarked = [i for i, mark in marks.items() if not mark]
+    if unmarked:
+        raise TaskError(
+            f"{source}: bug_in filters synthesised tasks (metadata.synth.bug_in, written by coderl tasks synth); "
+            f"{len(unmarked)} task(s) have none, e.g. {unmarked[:3]}"
+        )
+    return [t for t in tasks if marks[t.id] == where]
+
+
+def _synth_mark(task: Task) -> str:
+    synth = (task.metadata or {}).get("synth")
+    return str(synth.get("bug_in", "")) if isinstance(synth, dict) else ""
 
 
 def _existing_dir(text: str) -> Path:

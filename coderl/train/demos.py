@@ -14,29 +14,35 @@ Two sources, both token-exact:
   from the listing). A demonstration whose first move names a function the issue never mentions
   teaches the policy to recall names of the training code, which do not exist in held-out code.
 
-Both the ``swe`` loop with a bash response prefix (``grep``, ``cat -n | sed -n``, ``sed -i``) and the
-``swe`` loop with its own tools (``search``, ``view``, ``str_replace``, ``submit``) are written.
+Three tool sets of the ``swe`` loop are written: a bash response prefix (``grep``, ``cat -n | sed -n``,
+``sed -i``, one-line fixes), its symbol tools (``show_function`` of the function the issue calls, then
+``replace_function`` with that function's fixed source, then ``submit``: any fix inside that function,
+however many lines), and its editor tools (``search``, ``view``, ``str_replace``, ``submit``). Calls are
+written in the chat format's tool-call form (Hermes JSON, or Qwen3-Coder's XML with raw values).
 """
 
 from __future__ import annotations
 
 import ast
 import asyncio
-import builtins
 import json
-import keyword
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from coderl.agents import symbols
 from coderl.chat import ChatFormat
+from coderl.chat.tools import hermes_call_text, xml_call_text
 from coderl.engine.scripted import ScriptedEngine
 from coderl.rollout.config import RolloutConfig
 from coderl.rollout.context import ContextFactory
 from coderl.rollout.runner import RolloutSettings, run_rollouts, task_groups
 from coderl.rollout.store import read_trajectories
 from coderl.sandbox import SandboxSpec
-from coderl.tasks.patching import split_patch
+from coderl.tasks.overlap import changed_old_lines
+from coderl.tasks.patching import apply_file_diff, split_patch
+from coderl.tasks.synth.issue import issue_callee
 from coderl.types import Task, Trajectory
 
 BASH_OPENER = '"name": "bash", "arguments": {"command": "'
@@ -93,19 +99,6 @@ def enclosing_function(source: str, line: int) -> tuple[str, int, int] | None:
             if first <= line <= last and (best is None or first >= best[1]):
                 best = (node.name, node.lineno, last)
     return best
-
-
-_CALL = re.compile(r"(pytest\.)?\b([A-Za-z_]\w*)\(")
-
-
-def issue_callee(instruction: str) -> str | None:
-    """The first function the issue text shows being called — skipping keywords, builtins and
-    ``pytest.``'s own helpers — the name a reader looks up first (None when nothing is called)."""
-    for m in _CALL.finditer(instruction):
-        name = m.group(2)
-        if not m.group(1) and not keyword.iskeyword(name) and not hasattr(builtins, name):
-            return name
-    return None
 
 
 def _sed_pattern(text: str) -> str:
@@ -169,19 +162,25 @@ NOT_ONE_LINE = "no_one_line_fix"
 NOT_IN_ISSUE = "fix_not_in_issue_callee"
 
 
-def gold_turns(task: Task, rollout: RolloutConfig) -> list[str] | None:
+def gold_turns(task: Task, rollout: RolloutConfig, tool_format: str = "hermes") -> list[str] | None:
     """The model's side of each turn of a gold demonstration for the ``swe`` loop (after the response
     prefix the environment writes), or None when there is none (:func:`gold_plan` says why)."""
-    turns = gold_plan(task, rollout)
+    turns = gold_plan(task, rollout, tool_format)
     return None if isinstance(turns, str) else turns
 
 
-def gold_plan(task: Task, rollout: RolloutConfig) -> list[str] | str:
+SYMBOL_TOOLS = ("show_function", "replace_function")
+
+
+def gold_plan(task: Task, rollout: RolloutConfig, tool_format: str = "hermes") -> list[str] | str:
     """The turns of :func:`gold_turns`, or why there are none: ``NOT_ONE_LINE`` when the task's fix is
-    not a one-line change the loop's tools can make in ``rollout.max_turns`` turns, ``NOT_IN_ISSUE``
-    when the fixed function is not the one the issue text calls first."""
+    not a change the loop's tools can make in ``rollout.max_turns`` turns (one line, or with the symbol
+    tools one function), ``NOT_IN_ISSUE`` when the fixed function is not the one the issue text calls
+    first. ``tool_format``: ``xml`` writes calls in Qwen3-Coder's form, anything else as Hermes JSON."""
     if rollout.agent != "swe" or task.gold_patch is None:
         return NOT_ONE_LINE
+    if rollout.tools is not None and all(t in rollout.tools for t in SYMBOL_TOOLS):
+        return _symbol_plan(task, rollout, tool_format)
     fix = one_line_fix(task.gold_patch)
     if fix is None or not fix.old.strip() or "\n" in fix.old:
         return NOT_ONE_LINE
@@ -213,7 +212,7 @@ def gold_plan(task: Task, rollout: RolloutConfig) -> list[str] | str:
         if rollout.max_turns < len(commands):
             return NOT_ONE_LINE
         return [json.dumps(c)[1:-1] + '"}}\n</tool_call>' for c in commands]
-    calls = [
+    calls: list[tuple[str, dict[str, Any]]] = [
         ("search", {"text": f"def {name}"}),
         ("view", {"path": fix.path, "start": first, "end": last}),
         ("str_replace", {"path": fix.path, "old": fix.old.strip(), "new": fix.new.strip()}),
@@ -221,10 +220,51 @@ def gold_plan(task: Task, rollout: RolloutConfig) -> list[str] | str:
     ]
     if source.count(fix.old.strip()) != 1 or rollout.max_turns < len(calls):
         return NOT_ONE_LINE
-    opener = rollout.response_prefix
+    return _written(calls, rollout.response_prefix, tool_format)
+
+
+def _symbol_plan(task: Task, rollout: RolloutConfig, tool_format: str) -> list[str] | str:
+    """``show_function`` of the issue's callee, ``replace_function`` with its fixed source, ``submit``."""
+    files = split_patch(task.gold_patch or "")
+    if len(files) != 1 or not (Path(task.repo) / files[0].path).is_file():
+        return NOT_ONE_LINE
+    path = files[0].path
+    buggy = (Path(task.repo) / path).read_text()
+    try:
+        fixed = apply_file_diff(buggy, files[0].text)
+        changed = changed_old_lines(files[0].text)
+        holding = [f for f in symbols.functions(buggy) if all(f.first <= n <= f.last for n in changed)]
+    except (ValueError, SyntaxError):
+        return NOT_ONE_LINE
+    if not changed or not holding:
+        return NOT_ONE_LINE
+    function = max(holding, key=lambda f: f.first)  # the innermost
+    bare = function.qualname.rsplit(".", 1)[-1]
+    if issue_callee(task.instruction) != bare:
+        return NOT_IN_ISSUE
+    try:
+        after = symbols.named(fixed, function.qualname)
+        shown = symbols.named(buggy, bare)
+    except SyntaxError:
+        return NOT_ONE_LINE
+    if len(after) != 1 or len(shown) != 1:  # the name must lead to this one function
+        return NOT_ONE_LINE
+    calls: list[tuple[str, dict[str, Any]]] = [
+        ("show_function", {"name": bare}),
+        ("replace_function", {"path": path, "name": bare, "text": after[0].text(fixed).rstrip("\n")}),
+        ("submit", {}),
+    ]
+    if rollout.max_turns < len(calls):
+        return NOT_ONE_LINE
+    return _written(calls, rollout.response_prefix, tool_format)
+
+
+def _written(calls: list[tuple[str, dict[str, Any]]], opener: str, tool_format: str) -> list[str] | str:
+    """Each call as the model writes it, less the response prefix the environment writes."""
     turns = []
     for tool, args in calls:
-        text = "<tool_call>\n" + json.dumps({"name": tool, "arguments": args}) + "\n</tool_call>"
+        call = {"name": tool, "arguments": args}
+        text = xml_call_text(call) if tool_format == "xml" else hermes_call_text(call)
         if opener and text.startswith(opener):
             text = text[len(opener) :]
         elif opener:
@@ -256,7 +296,7 @@ async def gold_demonstrations(
 
     playable: list[tuple[Task, list[str]]] = []
     for task in tasks:
-        turns = gold_plan(task, rollout)
+        turns = gold_plan(task, rollout, chat.tool_format)
         if isinstance(turns, str):
             counts[turns] += 1
         else:

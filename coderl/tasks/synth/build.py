@@ -40,7 +40,7 @@ from coderl.errors import TaskError
 from coderl.sandbox import SandboxSpec
 from coderl.tasks.junit import JUnitCase
 from coderl.tasks.native import load_native_task
-from coderl.tasks.synth.issue import issue_text
+from coderl.tasks.synth.issue import bug_in, issue_text
 from coderl.tasks.synth.mutate import Mutation, find_mutations, interleave
 from coderl.tasks.synth.suite import NO_PLUGINS, SuiteRun, SuiteRunner, test_files
 from coderl.tasks.validate import check_task
@@ -324,11 +324,12 @@ def _write_task(
     source = (pristine / m.path).read_text()
     (folder / "gold.patch").write_text(gold_patch(m.path, m.apply(source), source))
     others = max(0, len(kept.fail_to_pass) - len(kept.failures))
+    instruction = issue_text(kept.failures, pristine, others) if kept.failures else "Some tests fail.\n"
     meta = {
         "id": task_id,
         "tier": opts.tier,
         "repo": name,
-        "instruction": issue_text(kept.failures, pristine, others) if kept.failures else "Some tests fail.\n",
+        "instruction": instruction,
         "fail_to_pass": kept.fail_to_pass,
         "pass_to_pass": kept.pass_to_pass,
         "withheld": kept.withheld,
@@ -339,6 +340,7 @@ def _write_task(
                 "path": m.path,
                 "line": m.line,
                 "function": m.function,
+                "bug_in": bug_in(instruction, m.function),
                 "seed": opts.seed,
             }
         },

@@ -9,6 +9,8 @@ lines that name a source file are left out.
 from __future__ import annotations
 
 import ast
+import builtins
+import keyword
 import re
 from pathlib import Path
 
@@ -90,3 +92,24 @@ def issue_text(failures: list[JUnitCase], repo: Path, others: int = 0) -> str:
         "do not change any tests."
     )
     return "\n".join(parts).strip() + "\n"
+
+
+_CALL = re.compile(r"(pytest\.)?\b([A-Za-z_]\w*)\(")
+
+
+def issue_callee(instruction: str) -> str | None:
+    """The first function the issue text shows being called — skipping keywords, builtins and
+    ``pytest.``'s own helpers — the name a reader looks up first (None when nothing is called)."""
+    for m in _CALL.finditer(instruction):
+        name = m.group(2)
+        if not m.group(1) and not keyword.iskeyword(name) and not hasattr(builtins, name):
+            return name
+    return None
+
+
+def bug_in(instruction: str, function: str) -> str:
+    """Where a synthesised bug lies as its issue text shows it: ``callee`` when the mutated function
+    (qualified name) is the one the issue calls first, ``helper`` otherwise (another function, a
+    method, module-level code) — a reader of the issue finds a ``callee`` bug by looking up one name."""
+    callee = issue_callee(instruction)
+    return "callee" if callee and function and function.rsplit(".", 1)[-1] == callee else "helper"
