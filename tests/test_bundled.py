@@ -55,7 +55,7 @@ def test_the_synth_tier_is_large_disjoint_and_hides_its_tests() -> None:
     assert len(synth) >= 300 and {t.tier for t in synth} == {"synth"}
     assert not {t.id for t in synth} & {t.id for t in load_tasks("bundled")}  # `bundled` = hand-written only
     repos = {str(t.metadata["repo_name"]) for t in synth}
-    assert len(repos) == 6
+    assert len(repos) == 10
     protected_in = {repo: protected_lines(BUNDLED_ROOT / "tasks", repo, "synth") for repo in repos}
     for t in synth:
         meta = t.metadata["synth"]
