@@ -43,15 +43,25 @@ def test_one_line_fixes_and_what_a_person_would_type() -> None:
     assert one_line_fix(two) is None  # not a one-line change
 
 
+BASH = [
+    "rollout.tools=[bash]",
+    'rollout.response_prefix="<tool_call>\\n{\\"name\\": \\"bash\\", \\"arguments\\": {\\"command\\": \\""',
+    "rollout.max_tokens=64",
+    "model.tool_format=auto",
+]
+"""The bash-only recipe (the environment opens a bash call, the model writes the command)."""
+
+
 def test_gold_turns_for_the_bash_loop_and_for_the_tool_loop(tmp_path: Path) -> None:
     task = load_tasks(f"native:{make_native(tmp_path)}")[0]
-    bash = load_config(defaults=default_train_config()).rollout
+    bash = load_config(defaults=default_train_config(), overrides=BASH).rollout
+    assert bash.response_prefix == '<tool_call>\n{"name": "bash", "arguments": {"command": "'
     turns = gold_turns(task, bash)
     assert turns is not None and len(turns) == 3 and all(t.endswith('"}}\n</tool_call>') for t in turns)
     assert (
         json.loads('"' + turns[2].split('"}}')[0] + '"') == "sed -i 's/-/+/' calc.py"
     )  # unique in the file: no line number
-    tools = bash.model_copy(update={"response_prefix": "", "max_turns": 5})
+    tools = bash.model_copy(update={"response_prefix": "", "max_turns": 5, "tools": None})
     calls = gold_turns(task, tools)
     assert calls is not None and [json.loads(c.split("\n")[1])["name"] for c in calls] == [
         "search", "view", "str_replace", "submit"
@@ -59,6 +69,35 @@ def test_gold_turns_for_the_bash_loop_and_for_the_tool_loop(tmp_path: Path) -> N
     assert gold_turns(task, bash.model_copy(update={"max_turns": 2})) is None  # three moves do not fit
     elsewhere = dataclasses.replace(task, instruction="total([2, 3]) returns -1")  # the fix is in add()
     assert gold_plan(elsewhere, bash) == NOT_IN_ISSUE  # its first move could not be read off the issue
+
+
+async def test_symbol_tool_demonstrations_rewrite_the_callee_in_xml(tmp_path: Path, tokenizer: Any) -> None:
+    task = load_tasks(f"native:{make_native(tmp_path)}")[0]
+    symbols = load_config(
+        defaults=default_train_config(),
+        overrides=[
+            "rollout.tools=[show_function,replace_function,submit]",
+            'rollout.response_prefix="<tool_call>\\n<function="',
+            "model.tool_format=xml",
+        ],
+    )
+    turns = gold_turns(task, symbols.rollout, "xml")
+    assert turns == [
+        "show_function>\n<parameter=name>\nadd\n</parameter>\n</function>\n</tool_call>",
+        "replace_function>\n<parameter=path>\ncalc.py\n</parameter>\n<parameter=name>\nadd\n</parameter>\n"
+        "<parameter=text>\ndef add(a, b):\n    return a + b\n</parameter>\n</function>\n</tool_call>",
+        "submit>\n</function>\n</tool_call>",
+    ]  # the whole fixed function, raw, after the prefix the environment writes
+    assert gold_turns(task, symbols.rollout.model_copy(update={"max_turns": 2}), "xml") is None
+    elsewhere = dataclasses.replace(task, instruction="total([2, 3]) returns -1")
+    assert gold_plan(elsewhere, symbols.rollout, "xml") == NOT_IN_ISSUE
+    chat = ChatFormat(tokenizer, "xml")
+    source = f"gold:native:{tmp_path / 'calc-001'}"
+    demos, made = await build_demos(symbols, chat, held_out=[], data=[source])
+    assert made[source]["kept"] == 1 and demos[0].exit_status == "submitted"
+    model_text = tokenizer.decode([t for t, m in zip(demos[0].response_ids, demos[0].response_mask, strict=True) if m])
+    assert "return a + b" in model_text and "return a - b" not in model_text  # shown source is mask 0
+    assert (await grade(task, demos[0].patch)).resolved
 
 
 def test_the_issue_callee_is_the_first_function_the_issue_calls() -> None:
@@ -72,7 +111,7 @@ def test_the_issue_callee_is_the_first_function_the_issue_calls() -> None:
 
 async def test_demonstrations_are_the_loops_own_rendering_and_resolve(tmp_path: Path, tokenizer: Any) -> None:
     cfg = load_config(
-        defaults=default_train_config(), overrides=[f"train.tasks=native:{make_native(tmp_path)}"]
+        defaults=default_train_config(), overrides=[f"train.tasks=native:{make_native(tmp_path)}", *BASH]
     )
     chat = ChatFormat(tokenizer)
     demos, made = await build_demos(cfg, chat, held_out=[], data=[f"gold:native:{tmp_path / 'calc-001'}"])
@@ -122,9 +161,10 @@ def test_sft_lowers_the_nll_and_coderl_sft_writes_a_model_folder(
     from coderl.cli.main import main
 
     suite = make_native(tmp_path)
-    small = [f"train.tasks=native:{suite}", "train.val_tasks=none", "rollout.tools=[bash]"]  # a short prompt
+    small = [f"train.tasks=native:{suite}", "train.val_tasks=none"]
     cfg = load_config(defaults=default_train_config(), overrides=small)
-    demos, _ = asyncio.run(build_demos(cfg, ChatFormat(tokenizer), [], [f"gold:native:{suite}"]))
+    demos, _ = asyncio.run(build_demos(cfg, ChatFormat(tokenizer, "xml"), [], [f"gold:native:{suite}"]))
+    assert len(demos) == 1
     actor = Actor(ActorConfig(seed=0))
     actor.setup()
     rows = train_sft(actor, demos, SFTConfig(lr=1e-4, batch_size=1, epochs=2), seed=0)

@@ -49,7 +49,7 @@ async def test_a_rollout_on_verls_client_is_token_exact_and_graded_like_coderl_e
     client = EngineServerClient(engine)
     adapter = ServerClientEngine(client, "req-7", VERL_SAMPLING, decode=tokenizer.decode)
     result = await run_sample(
-        task, adapter, cfg.rollout, cfg.sandbox, ChatFormat(tokenizer), cfg.tasks.reward
+        task, adapter, cfg.rollout, cfg.sandbox, ChatFormat(tokenizer, cfg.model.tool_format), cfg.tasks.reward
     )
     out = agent_loop_fields(result, response_length=8192)
 
@@ -80,12 +80,12 @@ async def test_a_rollout_on_verls_client_is_token_exact_and_graded_like_coderl_e
 async def test_a_gold_demonstration_through_the_bridge_is_rewarded(tokenizer: Any) -> None:
     cfg = recipe()
     task = load_tasks("bundled:spanlib-s005")[0]
-    turns = gold_turns(task, cfg.rollout)
+    turns = gold_turns(task, cfg.rollout, cfg.model.tool_format)
     assert turns is not None
     client = EngineServerClient(ScriptedEngine(turns, tokenizer, default="Done."))
     adapter = ServerClientEngine(client, "gold", VERL_SAMPLING)
     result = await run_sample(
-        task, adapter, cfg.rollout, cfg.sandbox, ChatFormat(tokenizer), cfg.tasks.reward
+        task, adapter, cfg.rollout, cfg.sandbox, ChatFormat(tokenizer, cfg.model.tool_format), cfg.tasks.reward
     )
     out = agent_loop_fields(result)
     assert out["reward_score"] == 1.0 and out["extra_fields"]["coderl_resolved"] is True

@@ -99,6 +99,7 @@ def test_the_examples_agent_loop_entry_is_a_valid_coderl_config() -> None:
         entry["coderl_config"], overrides=entry["coderl_overrides"], defaults=default_train_config()
     )
     assert (cfg.rollout.agent, cfg.rollout.max_turns) == ("swe", 8)
+    assert cfg.rollout.tools is None and cfg.rollout.response_prefix == "" and cfg.model.tool_format == "auto"
 
 
 @pytest.mark.slow

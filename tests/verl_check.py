@@ -106,7 +106,8 @@ async def main(work: Path, example_overrides: list[str]) -> dict[str, Any]:
     output = await loop.run(sampling, **kwargs)
 
     task = next(t for t in load_tasks(TASKS) if t.id == output.extra_fields["coderl_task_id"])
-    turns = gold_turns(task, load_config(defaults=default_train_config()).rollout)
+    packaged = load_config(defaults=default_train_config())
+    turns = gold_turns(task, packaged.rollout, packaged.model.tool_format)
     assert turns is not None
     gold_client = EngineServerClient(ScriptedEngine(turns, tokenizer, default="Done."))
     gold = instantiate("coderl", config, gold_client, tokenizer)  # the packaged recipe, gold moves
