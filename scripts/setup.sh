@@ -37,7 +37,9 @@ stamp_dir="build"
 stamp="$stamp_dir/.setup-stamp"
 want="$("$PY" -c 'import hashlib,sys;print(hashlib.sha256(open("pyproject.toml","rb").read()).hexdigest(), sys.executable)')"
 here="$(pwd -P)"
-installed="$("$PY" -c 'import coderl, os; print(os.path.dirname(os.path.dirname(os.path.realpath(coderl.__file__))))' 2>/dev/null || true)"
+# -I: the check imports the installed coderl, not the ./coderl folder of the current directory (an
+# editable install of a checkout that has since moved or gone would otherwise pass it)
+installed="$("$PY" -I -c 'import coderl, os; print(os.path.dirname(os.path.dirname(os.path.realpath(coderl.__file__))))' 2>/dev/null || true)"
 if [ "$(cat "$stamp" 2>/dev/null || true)" != "$want" ] || [ "$installed" != "$here" ]; then
   say "installing coderl and its test extras"
   "$PY" -m pip install -q -e ".[test]"

@@ -27,14 +27,18 @@ TINY = [
 ]
 
 
-def test_bench_learn_runs_the_recipe_and_its_control_in_processes_of_their_own(tmp_path: Path) -> None:
-    out = subprocess.run(
+def bench(cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
         [sys.executable, "-m", "coderl", "bench", "learn", "--quick", "--json", "--write", "B.md", *TINY],
-        cwd=tmp_path,
+        cwd=cwd,
         capture_output=True,
         text=True,
         timeout=900,
     )
+
+
+def test_bench_learn_runs_the_recipe_and_its_control_in_processes_of_their_own(tmp_path: Path) -> None:
+    out = bench(tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     r = json.loads(out.stdout)  # the runs' own output went to stderr
     assert r["seeds"] == [0] and r["held_out_tasks"] == 2 and r["control_held_out_tasks"] == 2
@@ -55,3 +59,11 @@ def test_bench_learn_runs_the_recipe_and_its_control_in_processes_of_their_own(t
     assert lrs[0][0] > 0 and lrs[1] == (0.0, 0.0, False)  # the control learns nothing, the recipe does
     section = (tmp_path / "B.md").read_text()
     assert "Learning check" in section and "control (lr 0)" in section
+
+    # the same bench again reuses both finished runs (an interrupted bench goes on where it stopped)
+    (tmp_path / control / "bench.json").unlink()  # as if the control had been cut short
+    again = bench(tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert again.stderr.count("finished before, reused") == 1 and "starting it again" in again.stderr
+    r2 = json.loads(again.stdout)
+    assert r2["run_dirs"] == r["run_dirs"] and r2["start_pass_at_1"] == r["start_pass_at_1"]

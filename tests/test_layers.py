@@ -17,7 +17,7 @@ CONFIG_MODULES = {
 """Each package's own config section (imports nothing of coderl but the bottom layer)."""
 
 LAYERS: list[set[str]] = [
-    {"coderl", "coderl.types", "coderl.errors", "coderl.section"},
+    {"coderl", "coderl.types", "coderl.errors", "coderl.section", "coderl.threads"},
     {"coderl.config", *CONFIG_MODULES},
     {
         "coderl.rl",

@@ -16,11 +16,20 @@ are:
 
 Both held-out sets are reported: the split of ``train.tasks`` (``val``) and ``train.val_also``
 (``val_also``, the hand-written warm-up tier in the packaged defaults).
+
+A bench takes hours, so each run that finishes is kept: the runs live in ``runs/bench-learn-<digest>/``
+(``run.dir`` when given; the digest is of the configuration), one folder per seed and kind, and a
+finished one (``bench.json`` beside its ``config.yaml``) is reused by the next ``coderl bench learn``
+with the same configuration, so an interrupted bench goes on where it stopped; an unfinished folder
+is started again from scratch.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import random
+import shutil
 import statistics
 import subprocess
 import sys
@@ -33,9 +42,9 @@ from rich.console import Console
 
 from coderl.bench.report import machine_info
 from coderl.config import Config
+from coderl.config.loader import dump_config
 from coderl.errors import CoderlError
 from coderl.rollout.store import read_trajectories
-from coderl.rundir import create_run_dir
 
 BOOTSTRAP = 10_000
 
@@ -66,24 +75,46 @@ def paired_rise(starts: list[dict[str, float]], ends: list[dict[str, float]], se
     }
 
 
-def _one_run(cfg: Config, console: Console, name: str) -> dict[str, Any]:
+def bench_root(cfg: Config) -> Path:
+    """Where a bench's runs live: ``run.dir``, or ``runs/bench-learn-<digest of the configuration>``."""
+    if cfg.run.dir is not None:
+        return cfg.run.dir
+    plain = cfg.model_copy(update={"run": cfg.run.model_copy(update={"dir": None, "seed": 0})})
+    return Path("runs") / f"bench-learn-{hashlib.sha256(dump_config(plain).encode()).hexdigest()[:10]}"
+
+
+def _one_run(cfg: Config, console: Console, run_dir: Path) -> dict[str, Any]:
     """Train once, as ``coderl train`` in a process of its own (one run's engine, actor and optimizer
-    never share memory with the next: in one process two main jobs exceed this machine's 24 GB); per-task
-    pass rates of the first and last validation of each held-out set."""
-    run_dir = create_run_dir(cfg.model_copy(update={"run": cfg.run.model_copy(update={"dir": None})}), name)
-    console.print(f"[bold]{name}[/]: {run_dir}")
-    command = [sys.executable, "-m", "coderl", "train", str(run_dir / "config.yaml"), f"run.dir={run_dir}"]
-    began = time.monotonic()
-    code = subprocess.run(command, check=False, stdout=2).returncode  # stdout stays the bench's (--json)
-    if code != 0:
-        raise CoderlError(
-            f"bench learn: {name} failed (coderl train exited with {code}); its run directory is {run_dir}"
-        )
+    never share memory with the next: in one process two main jobs exceed this machine's 24 GB), or
+    reuse the same run finished before; per-task pass rates of the first and last validation of each
+    held-out set."""
+    config = dump_config(cfg.model_copy(update={"run": cfg.run.model_copy(update={"dir": run_dir})}))
+    done = run_dir / "bench.json"
+    if done.is_file() and (run_dir / "config.yaml").is_file() and (run_dir / "config.yaml").read_text() == config:
+        console.print(f"[bold]{run_dir.name}[/]: finished before, reused ({run_dir})")
+        minutes = float(json.loads(done.read_text())["minutes"])
+    else:
+        if run_dir.exists():
+            console.print(f"[bold]{run_dir.name}[/]: an unfinished or different run was here; starting it again")
+            shutil.rmtree(run_dir)
+        run_dir.mkdir(parents=True)
+        (run_dir / "config.yaml").write_text(config)
+        console.print(f"[bold]{run_dir.name}[/]: {run_dir}")
+        command = [sys.executable, "-m", "coderl", "train", str(run_dir / "config.yaml"), f"run.dir={run_dir}"]
+        began = time.monotonic()
+        code = subprocess.run(command, check=False, stdout=2).returncode  # stdout stays the bench's (--json)
+        if code != 0:
+            raise CoderlError(
+                f"bench learn: {run_dir.name} failed (coderl train exited with {code}); its run directory is "
+                f"{run_dir}; run the bench again to go on (finished runs are reused)"
+            )
+        minutes = (time.monotonic() - began) / 60
+        done.write_text(json.dumps({"minutes": minutes}))
     validations = sorted((run_dir / "validation").iterdir()) if (run_dir / "validation").is_dir() else []
     first, last = (validations[0], validations[-1]) if validations else (run_dir, run_dir)
     return {
         "run_dir": str(run_dir),
-        "minutes": (time.monotonic() - began) / 60,  # wall clock, start-up and validations included
+        "minutes": minutes,  # wall clock, start-up and validations included
         "val": (task_rates(first), task_rates(last)),
         "val_also": (task_rates(first / "val_also"), task_rates(last / "val_also")),
     }
@@ -92,6 +123,7 @@ def _one_run(cfg: Config, console: Console, name: str) -> dict[str, Any]:
 def bench_learn(cfg: Config, seeds: list[int], console: Console | None = None) -> dict[str, Any]:
     console = console or Console(stderr=True)
     runs: dict[str, list[dict[str, Any]]] = {"recipe": [], "control": []}
+    root = bench_root(cfg)
     for seed in seeds:
         seeded = cfg.model_copy(update={"run": cfg.run.model_copy(update={"seed": seed})})
         frozen = seeded.model_copy(
@@ -100,8 +132,8 @@ def bench_learn(cfg: Config, seeds: list[int], console: Console | None = None) -
                 "sft": seeded.sft.model_copy(update={"lr": 0.0, "before_rl": False}),
             }
         )
-        runs["recipe"].append(_one_run(seeded, console, f"bench-learn-seed{seed}"))
-        runs["control"].append(_one_run(frozen, console, f"bench-learn-seed{seed}-lr0"))
+        runs["recipe"].append(_one_run(seeded, console, root / f"seed{seed}"))
+        runs["control"].append(_one_run(frozen, console, root / f"seed{seed}-lr0"))
     out: dict[str, Any] = {
         "machine": machine_info(),
         "seeds": seeds,

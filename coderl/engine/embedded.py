@@ -35,6 +35,7 @@ from coderl.engine.sampler import SampleRequest, sample
 from coderl.engine.stops import StopWatch
 from coderl.engine.weights import load_weights
 from coderl.errors import EngineError, EngineUnavailableError
+from coderl.threads import in_own_thread
 from coderl.types import Completion
 
 log = logging.getLogger(__name__)
@@ -119,7 +120,7 @@ class EmbeddedEngine(Engine):
     async def start(self) -> None:
         if self._thread is not None:
             return
-        await asyncio.to_thread(self._load)
+        await in_own_thread(self._load)
         self._slots = asyncio.Semaphore(self.cfg.max_batch_size + self.cfg.max_queued)
         self._stopping = False
         self._thread = threading.Thread(target=self._loop, name=f"coderl-{self.name}", daemon=True)
@@ -266,12 +267,12 @@ class EmbeddedEngine(Engine):
         RL serves one adapter at a time) and swap them in like any weight update."""
         from coderl.engine.lora import merge_adapter
 
-        base = await asyncio.to_thread(self._base_weights)
-        merged = await asyncio.to_thread(merge_adapter, base, path)
+        base = await in_own_thread(self._base_weights)
+        merged = await in_own_thread(merge_adapter, base, path)
         return await self.update_weights(merged)
 
     async def unload_lora_adapter(self) -> int:
-        return await self.update_weights(await asyncio.to_thread(self._base_weights))
+        return await self.update_weights(await in_own_thread(self._base_weights))
 
     def _base_weights(self) -> dict[str, torch.Tensor]:
         """The checkpoint's own weights (read once): what adapters are merged into."""

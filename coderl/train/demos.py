@@ -160,6 +160,7 @@ def _window(first: int, last: int) -> int:
 
 NOT_ONE_LINE = "no_one_line_fix"
 NOT_IN_ISSUE = "fix_not_in_issue_callee"
+OVER_MAX_TOKENS = "turn_over_max_tokens"
 
 
 def gold_turns(task: Task, rollout: RolloutConfig, tool_format: str = "hermes") -> list[str] | None:
@@ -283,8 +284,8 @@ async def gold_demonstrations(
 ) -> tuple[list[Trajectory], dict[str, int]]:
     """Gold demonstrations of ``tasks`` played through the real loop (``concurrency`` at a time, in the
     order given, until ``limit`` are kept), and counts of what was skipped (no one-line fix / not
-    resolved when played, keyed as :func:`gold_plan` says why)."""
-    counts = {NOT_ONE_LINE: 0, NOT_IN_ISSUE: 0, "did_not_resolve": 0, "kept": 0, "not_needed": 0}
+    resolved when played, a turn longer than ``rollout.max_tokens``; keyed as :func:`gold_plan` says why)."""
+    counts = {NOT_ONE_LINE: 0, NOT_IN_ISSUE: 0, OVER_MAX_TOKENS: 0, "did_not_resolve": 0, "kept": 0, "not_needed": 0}
     demos: list[Trajectory] = []
     contexts = ContextFactory(rollout.model_copy(update={"temperature": 1.0}), sandbox, chat)
     settings = RolloutSettings(agent=rollout.agent, max_sandboxes=1, grade_concurrency=1)
@@ -297,6 +298,10 @@ async def gold_demonstrations(
     playable: list[tuple[Task, list[str]]] = []
     for task in tasks:
         turns = gold_plan(task, rollout, chat.tool_format)
+        if not isinstance(turns, str) and any(
+            len(chat.tokenizer(t, add_special_tokens=False)["input_ids"]) >= rollout.max_tokens for t in turns
+        ):
+            turns = OVER_MAX_TOKENS  # the loop would cut the turn short (>=: the end-of-turn token counts)
         if isinstance(turns, str):
             counts[turns] += 1
         else:

@@ -20,7 +20,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import random
@@ -42,6 +41,7 @@ from coderl.rollout.runner import RolloutGroup, RolloutResult, RolloutSettings, 
 from coderl.rollout.store import TrajectoryStore
 from coderl.tasks.calibration import load_estimates, setting_key
 from coderl.tasks.split import train_and_held_out
+from coderl.threads import in_own_thread
 from coderl.train import checkpoints
 from coderl.train.actor import Scored
 from coderl.train.batch import BatchLoss, build_batch, sequences_of
@@ -98,7 +98,7 @@ class Trainer:
         estimates = load_estimates(cfg.train.tasks, key) if cfg.train.curriculum != "none" else {}
         self.curriculum = Curriculum(self.tasks, cfg.train.curriculum, estimates, cfg.run.seed)
         with self.console.status("loading the policy (actor) and starting the engine"):
-            await asyncio.to_thread(self.actor.setup)
+            await in_own_thread(self.actor.setup)
             self.engine = create_engine(cfg.engine, cfg.model, seed=cfg.run.seed)
             await self.engine.start()
         chat = ChatFormat.for_model(cfg.model)
@@ -107,7 +107,7 @@ class Trainer:
         found = checkpoints.latest(self.run_dir) if resume else None
         if found is not None:
             folder, state = found
-            await asyncio.to_thread(self.actor.load, folder / "actor")
+            await in_own_thread(self.actor.load, folder / "actor")
             self.curriculum.load(state.get("curriculum") or {"cursor": state.get("cursor", 0)})
             self.start_step = int(state["step"]) + 1
             dropped = checkpoints.truncate_metrics(self.run_dir / "metrics.jsonl", int(state["step"]))
@@ -136,7 +136,7 @@ class Trainer:
         return train, held
 
     async def close(self) -> None:
-        await asyncio.to_thread(self.actor.close)
+        await in_own_thread(self.actor.close)
         if self.engine is not None:
             await self.engine.stop()
             self.engine = None
@@ -216,7 +216,7 @@ class Trainer:
         row["policy_version"] = self.version
         if step % cfg.train.save_every == 0 or step == cfg.train.steps:
             with timer("save"):
-                await asyncio.to_thread(self._save, step, {**row, **timer.row()})
+                await in_own_thread(self._save, step, {**row, **timer.row()})
         if (self.val_tasks or self.val_also_tasks) and (
             step == cfg.train.steps or (cfg.train.val_every and step % cfg.train.val_every == 0)
         ):
@@ -240,7 +240,7 @@ class Trainer:
             nll.append(row["nll"])
             progress.update(bar, advance=1, info=f"nll {row['nll']:.3f}")
 
-        sft_rows = await asyncio.to_thread(train_sft, self.actor, demos, cfg.sft, cfg.run.seed, on_step)
+        sft_rows = await in_own_thread(train_sft, self.actor, demos, cfg.sft, cfg.run.seed, on_step)
         progress.remove_task(bar)
         with (self.run_dir / "sft.jsonl").open("w") as out:
             out.writelines(json.dumps(r) + "\n" for r in sft_rows)
@@ -257,7 +257,7 @@ class Trainer:
         if self.val_tasks or self.val_also_tasks:
             row.update(await self._validate(0, progress, name="sft"))
         row["sft_s"] = time.perf_counter() - t0
-        await asyncio.to_thread(self._save, 0, row)
+        await in_own_thread(self._save, 0, row)
         return row
 
     # ------------------------------------------------------------------ stages
@@ -341,7 +341,7 @@ class Trainer:
             batch = build_batch(rollouts, cfg.algo, self.max_response, ref, values)
             loss = BatchLoss(batch, cfg.algo, ref)
         with timer("update"):
-            update = await asyncio.to_thread(
+            update = await in_own_thread(
                 self.actor.train_step, batch.sequences, batch.starts, cfg.rollout.temperature, loss, True
             )
         with timer("sync"):
@@ -361,7 +361,7 @@ class Trainer:
     async def _score(
         self, rows: list[Trajectory], reference: bool = False, with_values: bool = False
     ) -> list[Scored]:
-        return await asyncio.to_thread(
+        return await in_own_thread(
             self.actor.score, [x.prompt_ids + x.response_ids for x in rows], [len(x.prompt_ids) for x in rows],
             self.cfg.rollout.temperature, reference=reference, with_values=with_values,
         )  # fmt: skip

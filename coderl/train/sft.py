@@ -84,6 +84,13 @@ async def build_demos(
         else:
             raise ConfigError(f"sft.data: got {source!r}; each source is gold:TASK_SOURCE or runs:RUN_DIR")
         demos += made
+    if not demos:
+        why = "; ".join(f"{src}: {', '.join(f'{k} {v}' for k, v in counts.items() if v)}" for src, counts in report.items())
+        raise ConfigError(
+            f"sft.data gave no demonstrations; nothing to train on ({why or 'no sources'}). A gold demonstration "
+            "must fit the loop it is played through: its tools (rollout.tools), rollout.max_turns and "
+            "rollout.max_tokens per turn"
+        )
     leaked = sorted({d.task_id for d in demos} & held_ids)
     if leaked:  # cannot happen by construction; the guard keeps it so
         raise ConfigError(f"sft.data: demonstrations of held-out tasks {leaked[:5]}")

@@ -14,7 +14,6 @@ moves, and the trainer keeps the run's version.
 from __future__ import annotations
 
 import abc
-import asyncio
 import shutil
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from typing import Any
 from coderl.checkpoint import resolve_checkpoint
 from coderl.engine.base import Engine
 from coderl.engine.config import EngineConfig, ModelConfig
+from coderl.threads import in_own_thread
 from coderl.train.actor import Policy
 from coderl.train.config import ActorConfig, TrainConfig
 
@@ -40,7 +40,7 @@ class InProcessSync(WeightSync):
     name = "in-process"
 
     async def push(self, actor: Policy, engine: Engine, version: int) -> None:
-        state = await asyncio.to_thread(actor.state_dict_for_engine)
+        state = await in_own_thread(actor.state_dict_for_engine)
         await engine.update_weights(state)
 
 
@@ -55,7 +55,7 @@ class CheckpointFolderSync(WeightSync):
         self.model = model
 
     async def push(self, actor: Policy, engine: Engine, version: int) -> None:
-        await asyncio.to_thread(export_checkpoint, actor, self.model, self.folder)
+        await in_own_thread(export_checkpoint, actor, self.model, self.folder)
         await engine.update_weights(self.folder)
 
 
@@ -93,7 +93,7 @@ class LoraAdapterSync(WeightSync):
 
     async def push(self, actor: Policy, engine: Engine, version: int) -> None:
         folder = self.parent / f"adapter-v{version}"
-        await asyncio.to_thread(actor.save_adapter, folder)
+        await in_own_thread(actor.save_adapter, folder)
         await engine.load_lora_adapter(folder)
         for old in self.parent.glob("adapter-v*"):
             if old != folder and old.is_dir():

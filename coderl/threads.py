@@ -1,0 +1,54 @@
+"""Torch work off the event loop, in a thread of its own that ends with it.
+
+``asyncio.to_thread`` runs a call on the loop's pool, whose threads live on. A thread that runs a
+parallel torch operation gets an OpenMP team of its own (libgomp keeps one per calling thread, until
+that thread exits), and once the process holds more OpenMP threads than it has CPUs, libgomp stops
+spinning between parallel regions and sleeps instead (its "throttled" spin count). The embedded
+engine's decoding is thousands of tiny parallel regions, so one training step in a pool thread made
+every later generation of the run about 1.6x slower on a 2-core machine (18 s -> 28-33 s for the same
+batch, measured 2026-11-24); the same step in a thread that ends leaves it as fast as before. So the
+trainer's heavy calls (set-up, updates, the warm start, weight export,
+checkpoints) go through :func:`in_own_thread`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import threading
+from collections.abc import Callable
+from typing import ParamSpec, TypeVar
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+async def in_own_thread(fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
+    """``await fn(*args, **kwargs)`` run in a new thread (with this task's context variables) that
+    exits when it returns; its result, or the exception it raised."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[T] = loop.create_future()
+    context = contextvars.copy_context()
+
+    def settle(result: T | None, error: BaseException | None) -> None:
+        if future.cancelled():
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)  # type: ignore[arg-type]
+
+    def run() -> None:
+        result: T | None = None
+        error: BaseException | None = None
+        try:
+            result = context.run(fn, *args, **kwargs)
+        except BaseException as raised:
+            error = raised
+        try:
+            loop.call_soon_threadsafe(settle, result, error)
+        except RuntimeError:  # the loop closed while this ran: nobody is waiting
+            pass
+
+    threading.Thread(target=run, name=f"coderl-{getattr(fn, '__name__', 'work')}", daemon=True).start()
+    return await future

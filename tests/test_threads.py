@@ -1,0 +1,48 @@
+"""``in_own_thread``: the call runs in a new thread that has ended once it returns (so no OpenMP team
+outlives a training step), with its result, its exception and the caller's context variables."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import threading
+
+import pytest
+
+from coderl.threads import in_own_thread
+
+WHO = contextvars.ContextVar("who", default="nobody")
+
+
+def test_the_call_runs_in_a_thread_that_ends_with_it() -> None:
+    ran_in: list[threading.Thread] = []
+
+    def work(x: int, *, y: int) -> tuple[int, str]:
+        ran_in.append(threading.current_thread())
+        return x + y, WHO.get()
+
+    async def main() -> tuple[int, str]:
+        WHO.set("caller")
+        return await in_own_thread(work, 1, y=2)
+
+    assert asyncio.run(main()) == (3, "caller")
+    (thread,) = ran_in
+    assert thread is not threading.main_thread()
+    thread.join(timeout=5)
+    assert not thread.is_alive()
+
+
+def test_the_exception_reaches_the_caller_and_a_second_call_gets_a_new_thread() -> None:
+    idents: list[int] = []
+
+    def fail() -> None:
+        idents.append(threading.get_ident())
+        raise ValueError("bad value 7")
+
+    async def main() -> None:
+        for _ in range(2):
+            with pytest.raises(ValueError, match="bad value 7"):
+                await in_own_thread(fail)
+
+    asyncio.run(main())
+    assert len(idents) == 2 and threading.main_thread().ident not in idents
