@@ -21,7 +21,7 @@ from coderl.tasks import grade, load_tasks
 from coderl.train.actor import Actor
 from coderl.train.config import ActorConfig, SFTConfig
 from coderl.train.demos import NOT_IN_ISSUE, _changed_span, gold_plan, gold_turns, issue_callee, one_line_fix
-from coderl.train.sft import build_demos, check_gold_kinds, nll_loss, synth_kind, train_sft
+from coderl.train.sft import build_demos, check_demos, check_gold_kinds, nll_loss, synth_kind, train_sft
 from coderl.types import Trajectory
 from tests.test_tasks import GOLD, make_native
 
@@ -135,6 +135,13 @@ async def test_demonstrations_are_the_loops_own_rendering_and_resolve(tmp_path: 
     only = cfg.model_copy(update={"sft": cfg.sft.model_copy(update={"gold_kinds": ["negation"]})})
     none, skipped = await build_demos(only, chat, held_out=[], data=[source])
     assert none == [] and skipped[source]["other_kind"] == 1  # not a synthesized task: no kind to match
+
+
+def test_an_empty_warm_start_says_what_each_source_skipped() -> None:
+    report = {"gold:bundled:warmup": {"kept": 0, "turn_over_max_tokens": 3, "held_out_skipped": 2}}
+    with pytest.raises(ConfigError, match=r"no demonstrations.*gold:bundled:warmup: turn_over_max_tokens 3, held_out_skipped 2.*rollout.max_tokens"):
+        check_demos([], report)
+    check_demos([Trajectory("t", "g", [1], response_ids=[2], response_mask=[1], logprobs=[0.0])], report)
 
 
 def test_gold_kinds_name_the_synthesized_mutation_kinds() -> None:

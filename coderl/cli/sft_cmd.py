@@ -24,7 +24,7 @@ def run_sft(ns: argparse.Namespace) -> int:
     from coderl.chat import ChatFormat
     from coderl.tasks.split import train_and_held_out
     from coderl.train.ranks import build_actor
-    from coderl.train.sft import build_demos
+    from coderl.train.sft import build_demos, check_demos
 
     cfg = load_config(
         ns.config_path, ns.config_overrides, defaults=None if ns.config_path else default_train_config()
@@ -37,6 +37,7 @@ def run_sft(ns: argparse.Namespace) -> int:
     with console.status("making demonstrations"):
         demos, made = asyncio.run(build_demos(cfg, chat, [*held, *also]))
     console.print(f"{len(demos)} demonstrations: {json.dumps(made)}")
+    check_demos(demos, made)
     (run_dir / "demos.json").write_text(json.dumps({"sources": made, "task_ids": [d.task_id for d in demos]}))
     actor = build_actor(cfg.actor.model_copy(update={"seed": cfg.run.seed}), cfg.model.path, cfg.model.cache_dir)
     with console.status("loading the policy"):

@@ -51,7 +51,7 @@ from coderl.train.loggers import MetricSinks
 from coderl.train.metrics import StageTimer, rollout_metrics, run_summary, summary_line
 from coderl.train.ranks import build_actor
 from coderl.train.report import write_report
-from coderl.train.sft import build_demos, check_gold_kinds, train_sft
+from coderl.train.sft import build_demos, check_demos, check_gold_kinds, train_sft
 from coderl.train.sync import WeightSync, choose_sync
 from coderl.types import Task, Trajectory
 
@@ -233,6 +233,7 @@ class Trainer:
         t0 = time.perf_counter()
         with self.console.status("making the warm start's demonstrations"):
             demos, made = await build_demos(cfg, self.contexts.chat, [*self.val_tasks, *self.val_also_tasks])
+        check_demos(demos, made)
         bar = progress.add_task("supervised warm start", total=None, info="")
         nll: list[float] = []
 
@@ -403,6 +404,7 @@ class Trainer:
         t = self.cfg.train
         temperature = self.cfg.rollout.temperature if t.val_temperature is None else t.val_temperature
         groups = task_groups(tasks, t.val_samples, tag=f"{prefix}{step}{name}.")
+        began = time.perf_counter()
         where = f"step {step}{' (' + name + ')' if name else ''}"
         results = await self._rollout(
             groups, progress, f"{where}: {prefix}", self.contexts.with_temperature(temperature)
@@ -426,6 +428,7 @@ class Trainer:
             f"{prefix}_tasks_solved": report["resolved_instances"],
             f"{prefix}_tasks": len(tasks),
             f"{prefix}_samples": t.val_samples,
+            f"{prefix}_s": round(time.perf_counter() - began, 2),  # wall clock of this set's validation
         }
 
 

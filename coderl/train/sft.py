@@ -84,6 +84,14 @@ async def build_demos(
         else:
             raise ConfigError(f"sft.data: got {source!r}; each source is gold:TASK_SOURCE or runs:RUN_DIR")
         demos += made
+    leaked = sorted({d.task_id for d in demos} & held_ids)
+    if leaked:  # cannot happen by construction; the guard keeps it so
+        raise ConfigError(f"sft.data: demonstrations of held-out tasks {leaked[:5]}")
+    return demos, report
+
+
+def check_demos(demos: list[Trajectory], report: dict[str, Any]) -> None:
+    """Refuse a warm start with nothing to imitate, saying what each ``sft.data`` source skipped."""
     if not demos:
         why = "; ".join(f"{src}: {', '.join(f'{k} {v}' for k, v in counts.items() if v)}" for src, counts in report.items())
         raise ConfigError(
@@ -91,10 +99,6 @@ async def build_demos(
             "must fit the loop it is played through: its tools (rollout.tools), rollout.max_turns and "
             "rollout.max_tokens per turn"
         )
-    leaked = sorted({d.task_id for d in demos} & held_ids)
-    if leaked:  # cannot happen by construction; the guard keeps it so
-        raise ConfigError(f"sft.data: demonstrations of held-out tasks {leaked[:5]}")
-    return demos, report
 
 
 def check_gold_kinds(kinds: list[str]) -> None:
