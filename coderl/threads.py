@@ -9,12 +9,21 @@ every later generation of the run about 1.6x slower on a 2-core machine (18 s ->
 batch, measured 2026-11-24); the same step in a thread that ends leaves it as fast as before. So the
 trainer's heavy calls (set-up, updates, the warm start, weight export,
 checkpoints) go through :func:`in_own_thread`.
+
+Each such call also ends by handing the C heap's free pages back to the system (glibc's
+``malloc_trim``). A training step allocates and frees gigabytes of activations and weight copies, and
+glibc keeps freed pages mapped in the arena that freed them: a train step and a weight export, eight
+times over, left a 135M-parameter actor's process at 12 GB resident, and the main job (with a second
+held-out set) was killed for memory at 24 GB; trimmed after each call it stays at 1.9 GB.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
+import ctypes
+import ctypes.util
+import functools
 import threading
 from collections.abc import Callable
 from typing import ParamSpec, TypeVar
@@ -23,9 +32,26 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 
+@functools.cache
+def _libc() -> ctypes.CDLL | None:
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name) if name else None
+    except OSError:
+        return None
+    return libc if libc is not None and hasattr(libc, "malloc_trim") else None
+
+
+def release_free_memory() -> None:
+    """Return the C heap's free pages to the system (glibc's ``malloc_trim``; nothing elsewhere)."""
+    libc = _libc()
+    if libc is not None:
+        libc.malloc_trim(0)
+
+
 async def in_own_thread(fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
     """``await fn(*args, **kwargs)`` run in a new thread (with this task's context variables) that
-    exits when it returns; its result, or the exception it raised."""
+    exits when it returns, the heap's free pages released; its result, or the exception it raised."""
     loop = asyncio.get_running_loop()
     future: asyncio.Future[T] = loop.create_future()
     context = contextvars.copy_context()
