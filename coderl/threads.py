@@ -69,8 +69,9 @@ async def in_own_thread(fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs
         error: BaseException | None = None
         try:
             result = context.run(fn, *args, **kwargs)
-        except BaseException as raised:
+        except BaseException as raised:  # handed to the awaiting task, as asyncio.to_thread does
             error = raised
+        release_free_memory()
         try:
             loop.call_soon_threadsafe(settle, result, error)
         except RuntimeError:  # the loop closed while this ran: nobody is waiting
