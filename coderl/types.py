@@ -100,6 +100,9 @@ class Trajectory:
     error: str | None = None
     policy_version: int = 0
     """The oldest policy version that sampled any of its tokens."""
+    token_versions: list[int] = field(default_factory=list)
+    """Per response token, the policy version that sampled it (-1 for environment tokens); empty where
+    the source did not record versions (``policy_version`` then stands for every token)."""
     metrics: dict[str, float] = field(default_factory=dict)
     parts: list[Trajectory] = field(default_factory=list)
     """Further token sequences of the same rollout that do not extend this one as a prefix (an external
@@ -121,4 +124,6 @@ class Trajectory:
                 seq.group_id = group_id
             if reward is not None:
                 seq.reward = reward
-            seq.policy_version += version_offset
+            if version_offset:
+                seq.policy_version += version_offset
+                seq.token_versions = [v + version_offset if v >= 0 else v for v in seq.token_versions]

@@ -200,3 +200,33 @@ def test_warm_start_then_rl_with_two_held_out_sets(tmp_path: Path) -> None:
     assert rows[2]["policy_version"] == 2  # the warm start, then one RL update
     assert "held-out pass@1 (start -> end)" in out and "warm start:" in out
     assert (run / "sft.jsonl").is_file() and checkpoints.latest(run) is not None
+
+
+def test_async_training_never_trains_a_sample_older_than_max_staleness(tmp_path: Path) -> None:
+    """train.mode=async on the real model with the multi-turn swe loop: rollouts keep going while the
+    actor updates, so turns of one rollout can be sampled by different versions; every trained
+    rollout's oldest token (from the stored per-token versions) is at most one version behind."""
+    run = tmp_path / "run"
+    out = _finish(
+        _train(
+            *SMALL, "rollout.agent=swe", "rollout.tools=[show_function,replace_function,submit]",
+            "rollout.max_tokens=16", "train.steps=3", "train.mode=async", "train.max_staleness=1", f"run.dir={run}",
+        )
+    )  # fmt: skip
+    assert "report:" in out
+    rows = checkpoints.read_metrics(run / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    trained_at = {r["step"]: r["policy_version"] - (1 if r["trained_samples"] else 0) for r in rows}
+    for row in rows:
+        assert row["token_mismatch"] == 0 and row["samples"] >= 2
+        assert 0 <= row["engine_idle_fraction"] <= 1 and 0 <= row["trainer_idle_fraction"] <= 1
+        assert row["policy_lag_max"] <= 1 and sum(row["policy_lag_counts"].values()) == row["samples"]
+    trajs = read_trajectories(run)
+    assert len(trajs) >= 6
+    for t in trajs:
+        sampled = [v for v, m in zip(t["token_versions"], t["response_mask"], strict=True) if m]
+        assert sampled and min(sampled) == t["policy_version"]
+        assert all(v == -1 for v, m in zip(t["token_versions"], t["response_mask"], strict=True) if not m)
+        behind = trained_at[t["step"]] - min(sampled)
+        assert behind == t["lag"] and (behind <= 1) != t["stale"], t
+    assert any(t["lag"] == 1 for t in trajs if not t["stale"])  # some were sampled while the actor trained

@@ -47,6 +47,7 @@ class TrajectoryBuilder:
         t.response_ids += completion.token_ids
         t.response_mask += [1] * len(completion.token_ids)
         t.logprobs += completion.logprobs
+        t.token_versions += [completion.policy_version] * len(completion.token_ids)
         t.num_turns += 1
         self.policy_versions.append(completion.policy_version)
 
@@ -55,6 +56,7 @@ class TrajectoryBuilder:
         t.response_ids += ids
         t.response_mask += [0] * len(ids)
         t.logprobs += [0.0] * len(ids)
+        t.token_versions += [-1] * len(ids)
 
     def finish(self, exit_status: str, patch: str = "", error: str | None = None) -> Trajectory:
         t = self.traj

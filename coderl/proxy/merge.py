@@ -125,6 +125,7 @@ def merge_calls(
             traj.response_ids += inserted + call.completion_ids
             traj.response_mask += [0] * len(inserted) + [1] * len(call.completion_ids)
             traj.logprobs += [0.0] * len(inserted) + list(call.logprobs)
+            traj.token_versions += [-1] * len(inserted) + [call.policy_version] * len(call.completion_ids)
             traj.num_turns += 1
             traj.policy_version = min(traj.policy_version, call.policy_version)
             members[best].append(call.call_id)
@@ -142,6 +143,7 @@ def merge_calls(
                 response_ids=list(call.completion_ids),
                 response_mask=[1] * len(call.completion_ids),
                 logprobs=list(call.logprobs),
+                token_versions=[call.policy_version] * len(call.completion_ids),
                 num_turns=1,
                 policy_version=call.policy_version,
             )

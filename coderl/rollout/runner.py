@@ -8,9 +8,11 @@ through :meth:`coderl.types.Trajectory.label`.
 
 Three bounds: ``max_engine_requests`` (requests in flight to the engine, through
 :class:`LimitedEngine`), ``max_sandboxes`` (rollouts alive at once, each holding at most one sandbox:
-the agent's, then the grader's) and ``grade_concurrency`` (grading runs at once). A rollout is graded
-as soon as its loop returns, so grading overlaps the generation of the others. One failing rollout is
-recorded with its error and never cancels the others.
+the agent's, then the grader's) and ``grade_concurrency`` (grading runs at once), held by a
+:class:`RolloutBounds`: each call makes its own unless given one, so concurrent calls (the trainer's
+asynchronous mode rolls out group by group) share the same bounds. A rollout is graded as soon as its
+loop returns, so grading overlaps the generation of the others. One failing rollout is recorded with
+its error and never cancels the others.
 """
 
 from __future__ import annotations
@@ -109,6 +111,15 @@ class RolloutSettings:
         )
 
 
+class RolloutBounds:
+    """The three bounds of :func:`run_rollouts` (module doc), shareable by concurrent calls."""
+
+    def __init__(self, engine: Engine, settings: RolloutSettings) -> None:
+        self.engine = LimitedEngine(engine, settings.max_engine_requests)
+        self.alive = asyncio.Semaphore(settings.max_sandboxes)
+        self.grading = asyncio.Semaphore(settings.grade_concurrency)
+
+
 async def run_rollouts(
     groups: list[RolloutGroup],
     engine: Engine,
@@ -116,12 +127,14 @@ async def run_rollouts(
     settings: RolloutSettings,
     store: TrajectoryStore | None = None,
     on_done: Callable[[RolloutResult], None] | None = None,
+    bounds: RolloutBounds | None = None,
 ) -> list[RolloutResult]:
     """Roll out every group's samples, grade each rollout as it finishes (``settings.grade``), label
-    every sequence with its group and reward, store each; results in group order, then sample order."""
-    limited = LimitedEngine(engine, settings.max_engine_requests)
-    alive = asyncio.Semaphore(settings.max_sandboxes)
-    grading = asyncio.Semaphore(settings.grade_concurrency)
+    every sequence with its group and reward, store each; results in group order, then sample order.
+    ``bounds`` (made for ``engine`` and ``settings``) is shared with other calls; by default the call
+    has its own."""
+    bounds = bounds or RolloutBounds(engine, settings)
+    limited, alive, grading = bounds.engine, bounds.alive, bounds.grading
     baselines = BaselineCache()
     get_loop(settings.agent)  # an unknown loop fails here, once, not in every rollout
 

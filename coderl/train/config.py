@@ -106,6 +106,14 @@ class TrainConfig(Section):
     strictly between 0 and 1 first, then tasks never tried, then the rest."""
     max_refill_rounds: int = Field(2, ge=0)
     """DAPO dynamic sampling: extra rollout rounds to replace groups whose rewards are all equal."""
+    mode: Literal["sync", "async"] = "sync"
+    """sync: each step rolls out, then updates (the engine waits for the update). async: rollouts go on
+    while the actor updates; each step trains the groups that finished, at most train.max_staleness
+    policy versions behind (older ones are dropped and counted). In-flight generations finish on the
+    weights they started with: each token keeps the version that sampled it (token_versions)."""
+    max_staleness: int = Field(1, ge=1)
+    """async: a trajectory whose oldest token was sampled by policy version v is trained at version
+    v + max_staleness at the latest; groups are drawn at most this many steps ahead of the update."""
     val_tasks: str = ""
     """Held-out validation tasks, never trained on: empty = hold out train.val_size of train.tasks (a
     fixed split by task id); none = no validation; else a task source (any of its tasks that are also in

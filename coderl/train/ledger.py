@@ -40,6 +40,29 @@ class SampledLedger(EngineView):
     def clear(self) -> None:
         self.sampled.clear()
 
+    def forget(self, traj: Trajectory) -> None:
+        """Drop the completions ``traj``'s model tokens came from (asynchronous training checks each
+        trajectory once, while others are still being sampled, so the ledger is never cleared whole)."""
+        ids, mask = traj.response_ids, traj.response_mask
+        i = 0
+        while i < len(ids):
+            if i >= len(mask) or mask[i] != 1:
+                i += 1
+                continue
+            key = _digest(traj.prompt_ids + ids[:i])
+            entries = self.sampled.get(key, [])
+            same = [c for c in entries if c[0] and ids[i : i + len(c[0])] == c[0]]
+            found = next(
+                (c for c in same if traj.logprobs[i : i + len(c[0])] == c[1]), same[0] if same else None
+            )
+            if found is None:
+                i += 1
+                continue
+            entries.remove(found)
+            if not entries:
+                del self.sampled[key]
+            i += len(found[0])
+
     def verify(self, traj: Trajectory) -> str | None:
         """None when every mask-1 run of ``traj`` is exactly what the engine sampled after exactly
         that context, with the logprobs it returned; otherwise what is wrong."""

@@ -2,6 +2,10 @@
 
     rollout -> check [-> reference] [-> values] -> advantages -> update -> sync [-> save] [-> validate]
 
+With ``train.mode=async`` the rollout stage takes groups that a :class:`~coderl.train.producer.
+RolloutProducer` has kept rolling out while earlier steps trained (``tasks_per_step x max_staleness``
+groups ahead); groups more than ``train.max_staleness`` versions behind are dropped and counted.
+
 - rollout: ``train.tasks_per_step`` tasks x ``train.group_size`` samples with ``rollout.agent``, each
   graded by the task's hidden tests as soon as it finishes (:func:`coderl.rollout.runner.run_rollouts`,
   the one place that grades and sets rewards), through a :class:`~coderl.train.ledger.SampledLedger`
@@ -37,7 +41,14 @@ from coderl.engine.base import Engine
 from coderl.rl import keep_groups
 from coderl.rollout.context import ContextFactory
 from coderl.rollout.report import build_report
-from coderl.rollout.runner import RolloutGroup, RolloutResult, RolloutSettings, run_rollouts, task_groups
+from coderl.rollout.runner import (
+    RolloutBounds,
+    RolloutGroup,
+    RolloutResult,
+    RolloutSettings,
+    run_rollouts,
+    task_groups,
+)
 from coderl.rollout.store import TrajectoryStore
 from coderl.tasks.calibration import load_estimates, setting_key
 from coderl.tasks.split import train_and_held_out
@@ -46,9 +57,11 @@ from coderl.train import checkpoints
 from coderl.train.actor import Scored
 from coderl.train.batch import BatchLoss, build_batch, sequences_of
 from coderl.train.curriculum import Curriculum
+from coderl.train.idle import IdleClock
 from coderl.train.ledger import SampledLedger
 from coderl.train.loggers import MetricSinks
 from coderl.train.metrics import StageTimer, rollout_metrics, run_summary, summary_line
+from coderl.train.producer import Group, RolloutProducer, lag, lag_counts, stale_groups
 from coderl.train.ranks import build_actor
 from coderl.train.report import write_report
 from coderl.train.sft import build_demos, check_demos, check_gold_kinds, train_sft
@@ -77,7 +90,9 @@ class Trainer:
         self.max_response = min(r.max_tokens * r.max_turns, r.max_total_tokens)
         """Most model tokens one trajectory can hold (the overlong penalty's and length norm's constant)."""
         self.engine: Engine | None = None
+        self.clock: IdleClock | None = None
         self.ledger: SampledLedger | None = None
+        self.producer: RolloutProducer | None = None  # train.mode=async: the rollouts run ahead
         self.contexts: ContextFactory | None = None
         self.tasks: list[Task] = []
         self.val_tasks: list[Task] = []
@@ -103,7 +118,15 @@ class Trainer:
             await self.engine.start()
         chat = ChatFormat.for_model(cfg.model)
         self.contexts = ContextFactory(cfg.rollout, cfg.sandbox, chat)
-        self.ledger = SampledLedger(self.engine)
+        self.clock = IdleClock(self.engine)
+        self.ledger = SampledLedger(self.clock)
+        if cfg.train.mode == "async":
+            bounds = RolloutBounds(self.ledger, self.settings)
+            self.producer = RolloutProducer(
+                self._draw,
+                lambda group: self._roll_group(group, bounds),
+                cfg.train.tasks_per_step * cfg.train.max_staleness,
+            )
         found = checkpoints.latest(self.run_dir) if resume else None
         if found is not None:
             folder, state = found
@@ -172,6 +195,8 @@ class Trainer:
                     progress.update(bar, advance=1, info=summary_line(row))
                     self.console.print(f"step {step}: {summary_line(row)}")
         finally:
+            if self.producer is not None:
+                await self.producer.stop()
             store.close()
             sinks.close()
             await self.close()
@@ -188,18 +213,39 @@ class Trainer:
     async def step(self, step: int, store: TrajectoryStore, progress: Progress) -> dict[str, Any]:
         cfg = self.cfg
         assert self.ledger is not None
+        assert self.clock is not None
         timer = StageTimer()
-        self.ledger.clear()
-        with timer("rollout"):
-            results, refills = await self._collect(step, progress)
-        for r in results:
-            store.add(r.trajectory, r.record(step=step))
+        began, idle = time.perf_counter(), self.clock.idle_s()
+        waited = self.producer.waited_s if self.producer is not None else 0.0
+        extra: dict[str, Any] = {}
+        stale: list[RolloutResult] = []
+        if self.producer is None:
+            self.ledger.clear()
+            with timer("rollout"):
+                results, refills = await self._collect(step, progress)
+            for r in results:
+                store.add(r.trajectory, r.record(step=step))
+        else:
+            with timer("rollout"):
+                results, stale, refills = await self._take()
+            for r, old in [(r, False) for r in results] + [(r, True) for r in stale]:
+                store.add(r.trajectory, r.record(step=step, lag=lag(r, self.version), stale=old))
+            extra = {
+                "stale_dropped": len(stale),
+                "policy_lag_mean": sum(lag(r, self.version) for r in results) / max(len(results), 1),
+                "policy_lag_max": max((lag(r, self.version) for r in results), default=0),
+                "policy_lag_counts": lag_counts(results, self.version),
+            }
         with timer("check"):
             trainable, token_mismatch = self._check(results)
+            if self.producer is not None:
+                for r in results + stale:
+                    self.ledger.forget(r.trajectory)
             if cfg.algo.dynamic_sampling:
                 keep = _informative_groups(trainable)
                 trainable = [r for r in trainable if r.trajectory.group_id in keep]
         row = rollout_metrics(step, results)
+        row.update(extra)
         row.update(
             token_mismatch=token_mismatch,
             refill_rounds=refills,
@@ -223,6 +269,16 @@ class Trainer:
             with timer("validate"):
                 row.update(await self._validate(step, progress))
         row.update(timer.row())
+        wall = time.perf_counter() - began
+        trainer_idle = (
+            self.producer.waited_s - waited
+            if self.producer is not None
+            else row["stage_s"].get("rollout", 0.0)
+        )
+        row.update(
+            engine_idle_fraction=round((self.clock.idle_s() - idle) / max(wall, 1e-9), 4),
+            trainer_idle_fraction=round(trainer_idle / max(wall, 1e-9), 4),
+        )
         return row
 
     async def _warm_start(self, progress: Progress) -> dict[str, Any]:
@@ -276,6 +332,39 @@ class Trainer:
         assert self.curriculum is not None
         self.curriculum.update(results)
         return results, refills
+
+    async def _take(self) -> tuple[list[RolloutResult], list[RolloutResult], int]:
+        """train.mode=async: this step's groups from the producer, as (kept, stale, refill rounds).
+        Stale groups (and, with dynamic sampling, groups whose rewards are all equal, which are kept
+        like :meth:`_collect` keeps them and left out at the check) are replaced by the next to finish,
+        for at most ``train.max_refill_rounds`` rounds."""
+        cfg = self.cfg
+        assert self.producer is not None and self.curriculum is not None
+        kept: list[Group] = []
+        stale: list[Group] = []
+        useful = 0
+        rounds = 0
+        need = cfg.train.tasks_per_step
+        while True:
+            groups = await self.producer.take(need)
+            self.curriculum.update([r for g in groups for r in g])
+            fresh, old = stale_groups(groups, self.version, cfg.train.max_staleness)
+            stale += old
+            kept += fresh
+            useful += sum(1 for g in fresh if not cfg.algo.dynamic_sampling or _informative_groups(g))
+            need = cfg.train.tasks_per_step - useful
+            if need <= 0 or rounds >= cfg.train.max_refill_rounds:
+                break
+            rounds += 1
+        return [r for g in kept for r in g], [r for g in stale for r in g], rounds
+
+    async def _roll_group(self, group: RolloutGroup, bounds: RolloutBounds) -> Group:
+        """One group rolled out and graded (asynchronous mode), its versions the run's."""
+        assert self.ledger is not None and self.contexts is not None
+        results = await run_rollouts([group], self.ledger, self.contexts, self.settings, bounds=bounds)
+        for r in results:  # the engine's version counter -> the run's (see _rollout)
+            r.trajectory.label(version_offset=self.version - self._engine_base)
+        return results
 
     def _draw(self, n: int) -> list[RolloutGroup]:
         """The next ``n`` training tasks (:class:`~coderl.train.curriculum.Curriculum`: a seeded
