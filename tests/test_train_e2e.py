@@ -210,19 +210,20 @@ def test_async_training_never_trains_a_sample_older_than_max_staleness(tmp_path:
     out = _finish(
         _train(
             *SMALL, "rollout.agent=swe", "rollout.tools=[show_function,replace_function,submit]",
-            "rollout.max_tokens=16", "train.steps=3", "train.mode=async", "train.max_staleness=1", f"run.dir={run}",
+            "rollout.max_tokens=16", "rollout.max_turns=2", "train.steps=2", "train.mode=async",
+            "train.max_staleness=1", f"run.dir={run}",
         )
     )  # fmt: skip
     assert "report:" in out
     rows = checkpoints.read_metrics(run / "metrics.jsonl")
-    assert [r["step"] for r in rows] == [1, 2, 3]
+    assert [r["step"] for r in rows] == [1, 2]
     trained_at = {r["step"]: r["policy_version"] - (1 if r["trained_samples"] else 0) for r in rows}
     for row in rows:
         assert row["token_mismatch"] == 0 and row["samples"] >= 2
         assert 0 <= row["engine_idle_fraction"] <= 1 and 0 <= row["trainer_idle_fraction"] <= 1
         assert row["policy_lag_max"] <= 1 and sum(row["policy_lag_counts"].values()) == row["samples"]
     trajs = read_trajectories(run)
-    assert len(trajs) >= 6
+    assert len(trajs) >= 4
     for t in trajs:
         sampled = [v for v, m in zip(t["token_versions"], t["response_mask"], strict=True) if m]
         assert sampled and min(sampled) == t["policy_version"]

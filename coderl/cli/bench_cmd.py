@@ -82,6 +82,17 @@ def _proxy(cfg: Config, ns: argparse.Namespace, console: Console) -> dict[str, A
     )
 
 
+def _scale(cfg: Config, ns: argparse.Namespace, console: Console) -> dict[str, Any]:
+    from coderl.bench.scale import bench_scale
+
+    latency = ns.latency if ns.latency is not None else (0.5 if ns.quick else 4.0)
+    return bench_scale(cfg, latency, console=console)
+
+
+SCALE_RUN = ["train.val_tasks=none", "sft.before_rl=false", "train.save_every=1000"]
+"""What every run of ``coderl bench scale`` sets: no validation, no warm start, one checkpoint."""
+
+
 BENCHES: dict[str, Bench] = {
     "engine": Bench(
         "engine throughput, TTFT and prefix-cache speedup vs Hugging Face generate", "engine", _engine
@@ -124,6 +135,29 @@ BENCHES: dict[str, Bench] = {
             ["train.steps=1", "train.val_size=2", "train.val_samples=1", "sft.max_demos=4"]
             if ns.quick
             else []
+        ),
+    ),
+    "scale": Bench(
+        "sync vs async training steps/s (max_staleness 1 and 2): scripted engine, real sandboxes and actor",
+        "scale",
+        _scale,
+        [
+            (
+                "--latency",
+                {
+                    "type": float,
+                    "default": None,
+                    "help": "scripted engine seconds per call (default 4.0; 0.5 with --quick)",
+                },
+            )
+        ],
+        train_defaults=True,
+        overrides=lambda ns: SCALE_RUN
+        + (
+            ["train.steps=2", "train.tasks_per_step=1", "train.group_size=2", "rollout.max_tokens=16",
+             "rollout.max_turns=1"]
+            if ns.quick
+            else ["train.steps=6", "train.tasks_per_step=2", "train.group_size=4", "rollout.max_tokens=64"]
         ),
     ),
     "proxy": Bench(

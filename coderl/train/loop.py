@@ -74,7 +74,11 @@ log = logging.getLogger(__name__)
 class Trainer:
     """Owns the engine, the actor and the run directory of one training run."""
 
-    def __init__(self, cfg: Config, run_dir: Path, console: Console | None = None) -> None:
+    def __init__(
+        self, cfg: Config, run_dir: Path, console: Console | None = None, engine: Engine | None = None
+    ) -> None:
+        """``engine``: one to use instead of the engine ``cfg.engine`` describes (a scripted engine in
+        ``coderl bench scale``); the trainer still starts and stops it."""
         self.cfg = cfg
         self.run_dir = run_dir
         self.console = console or Console(stderr=True)
@@ -89,6 +93,7 @@ class Trainer:
         r = cfg.rollout
         self.max_response = min(r.max_tokens * r.max_turns, r.max_total_tokens)
         """Most model tokens one trajectory can hold (the overlong penalty's and length norm's constant)."""
+        self._given_engine = engine
         self.engine: Engine | None = None
         self.clock: IdleClock | None = None
         self.ledger: SampledLedger | None = None
@@ -114,7 +119,7 @@ class Trainer:
         self.curriculum = Curriculum(self.tasks, cfg.train.curriculum, estimates, cfg.run.seed)
         with self.console.status("loading the policy (actor) and starting the engine"):
             await in_own_thread(self.actor.setup)
-            self.engine = create_engine(cfg.engine, cfg.model, seed=cfg.run.seed)
+            self.engine = self._given_engine or create_engine(cfg.engine, cfg.model, seed=cfg.run.seed)
             await self.engine.start()
         chat = ChatFormat.for_model(cfg.model)
         self.contexts = ContextFactory(cfg.rollout, cfg.sandbox, chat)
