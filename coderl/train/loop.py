@@ -180,6 +180,7 @@ class Trainer:
             with Progress(
                 TextColumn("[bold]train[/]"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
                 TimeElapsedColumn(), console=self.console,
+                transient=not self.console.is_terminal,  # a log file gets the step lines, not a last bar frame
             ) as progress:  # fmt: skip
                 bar = progress.add_task(
                     "steps", total=cfg.train.steps, completed=self.start_step - 1, info=""
