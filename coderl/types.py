@@ -35,6 +35,9 @@ class Completion:
     """The stop string (``SamplingParams.stop``) that ended the request, if one did."""
     replica: str = ""
     """Which engine replica served it (set by the router and HTTP clients)."""
+    token_versions: list[int] = field(default_factory=list)
+    """Per sampled token, the policy version that sampled it, where it differs within the request (an
+    update interrupted it, ``engine.update_mode=interrupt``); empty = ``policy_version`` for every token."""
     metrics: dict[str, float] = field(default_factory=dict)
 
 

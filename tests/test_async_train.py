@@ -19,7 +19,7 @@ from coderl.rollout.runner import RolloutGroup, RolloutResult
 from coderl.train.idle import IdleClock
 from coderl.train.ledger import SampledLedger
 from coderl.train.producer import RolloutProducer, lag, lag_counts, stale_groups
-from coderl.types import Task, Trajectory
+from coderl.types import Completion, Task, Trajectory
 
 TASK = Task(id="t", instruction="", repo=Path("."), fail_to_pass=[], pass_to_pass=[])
 
@@ -126,6 +126,10 @@ async def test_every_token_keeps_the_version_that_sampled_it() -> None:
     assert len(traj.token_versions) == len(traj.response_ids)
     traj.label(version_offset=10)  # the engine's counter -> the run's: environment tokens stay -1
     assert traj.token_versions == [14, 14, 14, -1, -1, 15, 15, 15] and traj.policy_version == 14
+
+    interrupted = Completion([1, 2, 3], [-0.1, -0.2, -0.3], "stop", policy_version=6, token_versions=[6, 7, 7])
+    b.add_model(interrupted)  # an update interrupted this call (engine.update_mode=interrupt)
+    assert traj.token_versions[-3:] == [6, 7, 7]
 
     merged = merge_calls(
         [CallTokens(1, [1, 2], [3, 4], [-0.1, -0.2], 2), CallTokens(2, [1, 2, 3, 4, 9], [8], [-0.3], 3)],

@@ -193,6 +193,43 @@ async def test_update_waits_for_running_requests(
     assert c.policy_version == v0 and version == v0 + 1 and len(c.token_ids) == 24
 
 
+async def test_an_interrupting_update_moves_running_requests_to_the_new_weights(
+    hf_model: Any, chat_prompts: list[list[int]]
+) -> None:
+    """engine.update_mode=interrupt (partial rollouts): the update applies mid-request; the tokens
+    before it are the old weights' samples, the ones after the new weights', each with its version."""
+    import copy
+
+    eng = EmbeddedEngine(EngineConfig(max_batch_size=4, prefill_chunk=64, update_mode="interrupt"), ModelConfig())
+    await eng.start()
+    try:
+        prompt = chat_prompts[2]
+        original = {k: v.clone() for k, v in eng.runner.model.state_dict().items()}
+        perturbed = {**original, "model.norm.weight": original["model.norm.weight"] * 0.5}
+        seen: list[int] = []
+        params = SamplingParams(max_tokens=24, ignore_eos=True, seed=3)
+        long = asyncio.create_task(eng.generate_streaming(prompt, params, lambda ids, _: seen.extend(ids)))
+        while len(seen) < 6:
+            await asyncio.sleep(0.002)
+        v = await eng.update_weights(perturbed)
+        c = await long
+        k = c.token_versions.index(v)  # the first token the new weights sampled
+        assert len(c.token_ids) == 24 and c.policy_version == v - 1 and 6 <= k < 24
+        assert c.token_versions == [v - 1] * k + [v] * (24 - k)
+        assert eng.stats()["interrupted_requests"] == 1
+        new_model = copy.deepcopy(hf_model)
+        with torch.no_grad():
+            new_model.model.norm.weight.mul_(0.5)
+        old_ref, new_ref = hf_logprobs(hf_model, prompt, c.token_ids), hf_logprobs(new_model, prompt, c.token_ids)
+        assert max(abs(a - b) for a, b in zip(c.logprobs[:k], old_ref[:k], strict=True)) < 1e-4
+        assert max(abs(a - b) for a, b in zip(c.logprobs[k:], new_ref[k:], strict=True)) < 1e-4
+        assert max(abs(a - b) for a, b in zip(c.logprobs[k:], old_ref[k:], strict=True)) > 1e-2  # it did switch
+        alone = await eng.generate(prompt, SamplingParams(max_tokens=4, ignore_eos=True, seed=3))
+        assert alone.token_versions == [] and alone.policy_version == v  # one version: no per-token list
+    finally:
+        await eng.stop()
+
+
 async def test_bad_weights_are_rejected_without_change(engine: EmbeddedEngine) -> None:
     v0 = engine.policy_version
     with pytest.raises(EngineError, match="names the model does not"):

@@ -47,7 +47,7 @@ class TrajectoryBuilder:
         t.response_ids += completion.token_ids
         t.response_mask += [1] * len(completion.token_ids)
         t.logprobs += completion.logprobs
-        t.token_versions += [completion.policy_version] * len(completion.token_ids)
+        t.token_versions += completion.token_versions or [completion.policy_version] * len(completion.token_ids)
         t.num_turns += 1
         self.policy_versions.append(completion.policy_version)
 

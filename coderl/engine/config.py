@@ -43,6 +43,11 @@ class EngineConfig(Section):
     """Requests that may wait beyond the running batch; further callers wait (back-pressure)."""
     prefill_chunk: int = Field(512, ge=16)
     """Most prompt tokens prefilled per engine step, so long prompts do not stall running decodes."""
+    update_mode: Literal["drain", "interrupt"] = "drain"
+    """Embedded engines: what a weight update does to requests being generated. drain = they finish on
+    the weights they started with, new ones wait for the update; interrupt = the update applies at the
+    next step and they go on with the new weights after prefilling their context again (partial
+    rollouts: each token's version is in Completion.token_versions)."""
     prefix_cache_mb: int = Field(2048, ge=0)
     """Memory bound of the per-session KV prefix cache (LRU); 0 disables prefix caching."""
     max_model_len: int | None = Field(None, ge=16)

@@ -61,14 +61,17 @@ class _Request:
     cached_tokens: int = 0
     first_token_at: float = 0.0
     policy_version: int = 0
+    versions: list[int] = field(default_factory=list)
+    """The policy version of each sampled token (an interrupting update changes it mid-request)."""
     cancelled: bool = False
 
     def pending(self) -> list[int]:
-        """Tokens whose KV is not computed yet (the prompt's rest, or the last sampled token)."""
+        """Tokens whose KV is not computed yet: the prompt's rest, or the last sampled token; after an
+        interrupting update, the whole context again (prompt and the tokens sampled so far)."""
         assert self.kv is not None
         done = self.kv.length
         if done < len(self.prompt):
-            return self.prompt[done:]
+            return self.prompt[done:] + self.output
         return self.output[done - len(self.prompt) :]
 
 
@@ -114,6 +117,7 @@ class EmbeddedEngine(Engine):
             "prefill_tokens": 0,
             "cached_tokens": 0,
             "steps": 0,
+            "interrupted_requests": 0,
         }
 
     # ----------------------------------------------------------------- lifecycle
@@ -307,8 +311,12 @@ class EmbeddedEngine(Engine):
                     item = self._inbox.popleft()
                     (self._updates if isinstance(item, _WeightUpdate) else self._waiting).append(item)  # type: ignore[arg-type]
             self._drop_cancelled()
-            if self._updates and not self._running:
-                self._apply_update(self._updates.popleft())
+            if self._updates and (not self._running or self.cfg.update_mode == "interrupt"):
+                if self._apply_update(self._updates.popleft()):
+                    for req in self._running:  # partial rollouts: their KV was the old weights'
+                        assert req.kv is not None
+                        req.kv.truncate(0)
+                        self._counters["interrupted_requests"] += 1
                 continue
             if not self._updates:
                 self._admit()
@@ -375,6 +383,7 @@ class EmbeddedEngine(Engine):
                 req.first_token_at = now
             req.output.append(tok)
             req.logprobs.append(lp)
+            req.versions.append(self._version)
             self._counters["generated_tokens"] += 1
             if req.sink is not None:  # in order, and before the future resolves (same thread-safe queue)
                 with contextlib.suppress(RuntimeError):  # the caller's loop is closed: nobody listens
@@ -413,21 +422,24 @@ class EmbeddedEngine(Engine):
             stop_token_id=stop_token,
             stop_str=stop_str,
             replica=self.name,
+            token_versions=list(req.versions) if len(set(req.versions)) > 1 else [],
         )
         _resolve(req.loop, req.future, result=completion)
 
-    def _apply_update(self, upd: _WeightUpdate) -> None:
+    def _apply_update(self, upd: _WeightUpdate) -> bool:
+        """Load the update's weights; False (the caller told why) when they do not load."""
         try:
             load_weights(self.runner.model, upd.weights)
         except Exception as exc:
             _resolve(
                 upd.loop, upd.future, error=exc if isinstance(exc, EngineError) else EngineError(str(exc))
             )
-            return
+            return False
         self._prefix.clear()  # cached KV was computed by the old weights
         self._version += 1
         log.info("%s: weights updated, policy v%d", self.name, self._version)
         _resolve(upd.loop, upd.future, result=self._version)
+        return True
 
     def _fail_all(self, error: Exception) -> None:
         with self._cond:
