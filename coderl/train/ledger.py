@@ -21,12 +21,16 @@ def _digest(ids: list[int]) -> bytes:
     return hashlib.blake2b(repr(ids).encode(), digest_size=16).digest()
 
 
+Sampled = tuple[list[int], list[float]]
+"""One recorded completion: its token ids and their logprobs."""
+
+
 class SampledLedger(EngineView):
     """An engine view recording ``digest(prompt) -> sampled ids`` for every completion."""
 
     def __init__(self, inner: Engine) -> None:
         super().__init__(inner)
-        self.sampled: dict[bytes, list[tuple[list[int], list[float]]]] = {}
+        self.sampled: dict[bytes, list[Sampled]] = {}
 
     async def generate(
         self, prompt_ids: list[int], params: SamplingParams, session_id: str | None = None
@@ -41,34 +45,25 @@ class SampledLedger(EngineView):
         self.sampled.clear()
 
     def forget(self, traj: Trajectory) -> None:
-        """Drop the completions ``traj``'s model tokens came from (asynchronous training checks each
-        trajectory once, while others are still being sampled, so the ledger is never cleared whole)."""
-        ids, mask = traj.response_ids, traj.response_mask
-        i = 0
-        while i < len(ids):
-            if i >= len(mask) or mask[i] != 1:
-                i += 1
-                continue
-            key = _digest(traj.prompt_ids + ids[:i])
-            entries = self.sampled.get(key, [])
-            same = [c for c in entries if c[0] and ids[i : i + len(c[0])] == c[0]]
-            found = next(
-                (c for c in same if traj.logprobs[i : i + len(c[0])] == c[1]), same[0] if same else None
-            )
-            if found is None:
-                i += 1
-                continue
-            entries.remove(found)
+        """Drop the completions ``traj``'s model tokens were matched to (asynchronous training checks
+        each trajectory once, while others are still being sampled, so the ledger is never cleared whole)."""
+        for key, entry in self._walk(traj)[1]:
+            entries = self.sampled[key]
+            entries.remove(entry)
             if not entries:
                 del self.sampled[key]
-            i += len(found[0])
 
     def verify(self, traj: Trajectory) -> str | None:
         """None when every mask-1 run of ``traj`` is exactly what the engine sampled after exactly
         that context, with the logprobs it returned; otherwise what is wrong."""
+        return self._walk(traj)[0]
+
+    def _walk(self, traj: Trajectory) -> tuple[str | None, list[tuple[bytes, Sampled]]]:
+        """(what is wrong or None, the recorded completions matched up to there, each with its key)."""
         ids, mask = traj.response_ids, traj.response_mask
         if not (len(ids) == len(mask) == len(traj.logprobs)):
-            return f"response_ids/mask/logprobs lengths differ: {len(ids)}/{len(mask)}/{len(traj.logprobs)}"
+            return f"response_ids/mask/logprobs lengths differ: {len(ids)}/{len(mask)}/{len(traj.logprobs)}", []
+        matched: list[tuple[bytes, Sampled]] = []
         i = 0
         while i < len(ids):
             if mask[i] != 1:
@@ -77,17 +72,22 @@ class SampledLedger(EngineView):
             j = i
             while j < len(ids) and mask[j] == 1:
                 j += 1
-            candidates = [c for c in self.sampled.get(_digest(traj.prompt_ids + ids[:i]), []) if c[0]]
+            key = _digest(traj.prompt_ids + ids[:i])
+            candidates = [c for c in self.sampled.get(key, []) if c[0]]
             run = ids[i:j]
             # one call's tokens, or the start of the next call's too (no environment tokens between);
             # samples of one prompt (a group) may repeat each other's tokens with other logprobs
             # (batched arithmetic differs by batch), so the pair is matched, not the tokens alone
             same_tokens = [c for c in candidates if run[: len(c[0])] == c[0]]
             if not same_tokens:
-                return f"model tokens at response[{i}:{j}] were not sampled by the engine after that context"
+                return f"model tokens at response[{i}:{j}] were not sampled by the engine after that context", matched
             match = next((c for c in same_tokens if traj.logprobs[i : i + len(c[0])] == c[1]), None)
             if match is None:
                 n = len(same_tokens[0][0])
-                return f"logprobs at response[{i}:{i + n}] are not the ones the engine returned with those tokens"
+                return (
+                    f"logprobs at response[{i}:{i + n}] are not the ones the engine returned with those tokens",
+                    matched,
+                )
+            matched.append((key, match))
             i += len(match[0])
-        return None
+        return None, matched

@@ -236,10 +236,11 @@ class Trainer:
                 results, stale, refills = await self._take()
             for r, old in [(r, False) for r in results] + [(r, True) for r in stale]:
                 store.add(r.trajectory, r.record(step=step, lag=lag(r, self.version), stale=old))
+            lags = [lag(r, self.version) for r in results]
             extra = {
                 "stale_dropped": len(stale),
-                "policy_lag_mean": sum(lag(r, self.version) for r in results) / max(len(results), 1),
-                "policy_lag_max": max((lag(r, self.version) for r in results), default=0),
+                "policy_lag_mean": sum(lags) / max(len(lags), 1),
+                "policy_lag_max": max(lags, default=0),
                 "policy_lag_counts": lag_counts(results, self.version),
             }
         with timer("check"):
