@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
+import yaml
 
 from coderl.bench.learn import paired_rise
 from coderl.bench.train import variable_batch
@@ -46,3 +48,30 @@ def test_bench_train_quick_measures_packing(capsys: pytest.CaptureFixture[str]) 
     assert sharing["shared_step_s"] > 0 and result["prefix_sharing_speedup"] == pytest.approx(
         sharing["unshared_step_s"] / sharing["shared_step_s"]
     )
+
+
+LEARN_TINY = ["train.tasks=bundled:warmup", "train.steps=1", "rollout.agent=single_turn"]
+
+
+def test_a_finished_run_is_reused_when_only_defaults_changed_and_not_when_a_setting_did(
+    tmp_path: Path,
+) -> None:
+    from coderl.bench.learn import _finished, bench_root
+    from coderl.config import load_config
+    from coderl.config.loader import dump_config
+
+    cfg = load_config(None, LEARN_TINY)
+    run = tmp_path / "seed0"
+    run.mkdir()
+    (run / "bench.json").write_text('{"minutes": 1.0}')
+    stored = yaml.safe_load(dump_config(cfg))
+    del stored["train"]["max_staleness"]  # written by a coderl from before this setting existed
+    stored["run"]["dir"] = "somewhere/else"  # a run that was moved
+    (run / "config.yaml").write_text(yaml.safe_dump(stored))
+    assert _finished(run, cfg)
+    changed = load_config(None, [*LEARN_TINY, "actor.lr=0.5"])
+    assert not _finished(run, changed)
+    assert bench_root(changed) != bench_root(cfg)
+    assert bench_root(load_config(None, [*LEARN_TINY, "run.seed=3"])) == bench_root(cfg)  # seeds share a root
+    (run / "config.yaml").write_text("train: {no_such_setting: 1}\n")
+    assert not _finished(run, cfg)

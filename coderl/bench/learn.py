@@ -18,10 +18,11 @@ Both held-out sets are reported: the split of ``train.tasks`` (``val``) and ``tr
 (``val_also``, the hand-written warm-up tier in the packaged defaults).
 
 A bench takes hours, so each run that finishes is kept: the runs live in ``runs/bench-learn-<digest>/``
-(``run.dir`` when given; the digest is of the configuration), one folder per seed and kind, and a
-finished one (``bench.json`` beside its ``config.yaml``) is reused by the next ``coderl bench learn``
-with the same configuration, so an interrupted bench goes on where it stopped; an unfinished folder
-is started again from scratch.
+(``run.dir`` when given; the digest is of the configuration's values that differ from the defaults,
+so a setting added to coderl later, at a default that changes nothing, keeps the same digest), one
+folder per seed and kind, and a finished one (``bench.json`` beside its ``config.yaml``) is reused by
+the next ``coderl bench learn`` with the same configuration, so an interrupted bench goes on where it
+stopped; an unfinished folder is started again from scratch.
 """
 
 from __future__ import annotations
@@ -38,13 +39,15 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+import yaml
 from rich.console import Console
 
 from coderl.bench.report import machine_info
 from coderl.config import Config
-from coderl.config.loader import dump_config
-from coderl.errors import CoderlError
+from coderl.config.loader import dump_config, validate_config
+from coderl.errors import CoderlError, ConfigError
 from coderl.rollout.store import read_trajectories
+from coderl.yamlio import load_yaml
 
 BOOTSTRAP = 10_000
 
@@ -58,7 +61,9 @@ def task_rates(folder: Path) -> dict[str, float]:
     return {task: sum(v) / len(v) for task, v in by_task.items()}
 
 
-def paired_rise(starts: list[dict[str, float]], ends: list[dict[str, float]], seed: int = 0) -> dict[str, Any]:
+def paired_rise(
+    starts: list[dict[str, float]], ends: list[dict[str, float]], seed: int = 0
+) -> dict[str, Any]:
     """Mean held-out rise over seeds and its paired bootstrap 95% interval over tasks (module doc).
 
     ``starts[s]`` / ``ends[s]``: task -> pass rate for seed s, before and after training."""
@@ -75,12 +80,30 @@ def paired_rise(starts: list[dict[str, float]], ends: list[dict[str, float]], se
     }
 
 
+def config_key(cfg: Config) -> str:
+    """The settings that make a run what it is: every value that differs from its default, run.dir
+    left out (a run may be moved). Two configs with the same key run the same job."""
+    plain = cfg.model_copy(update={"run": cfg.run.model_copy(update={"dir": None})})
+    return json.dumps(plain.model_dump(mode="json", exclude_defaults=True), sort_keys=True)
+
+
 def bench_root(cfg: Config) -> Path:
     """Where a bench's runs live: ``run.dir``, or ``runs/bench-learn-<digest of the configuration>``."""
     if cfg.run.dir is not None:
         return cfg.run.dir
-    plain = cfg.model_copy(update={"run": cfg.run.model_copy(update={"dir": None, "seed": 0})})
-    return Path("runs") / f"bench-learn-{hashlib.sha256(dump_config(plain).encode()).hexdigest()[:10]}"
+    key = config_key(cfg.model_copy(update={"run": cfg.run.model_copy(update={"seed": 0})}))
+    return Path("runs") / f"bench-learn-{hashlib.sha256(key.encode()).hexdigest()[:10]}"
+
+
+def _finished(run_dir: Path, cfg: Config) -> bool:
+    """A run in ``run_dir`` finished (``bench.json``) with the same settings as ``cfg``."""
+    stored = run_dir / "config.yaml"
+    if not ((run_dir / "bench.json").is_file() and stored.is_file()):
+        return False
+    try:
+        return config_key(validate_config(load_yaml(stored.read_text()) or {})) == config_key(cfg)
+    except (ConfigError, yaml.YAMLError):  # written by a coderl whose settings this one no longer reads
+        return False
 
 
 def _one_run(cfg: Config, console: Console, run_dir: Path) -> dict[str, Any]:
@@ -90,17 +113,26 @@ def _one_run(cfg: Config, console: Console, run_dir: Path) -> dict[str, Any]:
     held-out set."""
     config = dump_config(cfg.model_copy(update={"run": cfg.run.model_copy(update={"dir": run_dir})}))
     done = run_dir / "bench.json"
-    if done.is_file() and (run_dir / "config.yaml").is_file() and (run_dir / "config.yaml").read_text() == config:
+    if _finished(run_dir, cfg):
         console.print(f"[bold]{run_dir.name}[/]: finished before, reused ({run_dir})")
         minutes = float(json.loads(done.read_text())["minutes"])
     else:
         if run_dir.exists():
-            console.print(f"[bold]{run_dir.name}[/]: an unfinished or different run was here; starting it again")
+            console.print(
+                f"[bold]{run_dir.name}[/]: an unfinished or different run was here; starting it again"
+            )
             shutil.rmtree(run_dir)
         run_dir.mkdir(parents=True)
         (run_dir / "config.yaml").write_text(config)
         console.print(f"[bold]{run_dir.name}[/]: {run_dir}")
-        command = [sys.executable, "-m", "coderl", "train", str(run_dir / "config.yaml"), f"run.dir={run_dir}"]
+        command = [
+            sys.executable,
+            "-m",
+            "coderl",
+            "train",
+            str(run_dir / "config.yaml"),
+            f"run.dir={run_dir}",
+        ]
         began = time.monotonic()
         code = subprocess.run(command, check=False, stdout=2).returncode  # stdout stays the bench's (--json)
         if code != 0:
@@ -174,7 +206,10 @@ def to_markdown(r: dict[str, Any]) -> str:
         "| held-out set | run | pass@1 at start (per seed) | at end (per seed) | mean rise | 95% interval (paired bootstrap over tasks) |",
         "|---|---|---|---|---|---|",
     ]
-    for held, label in (("", f"split of `{r['tasks']}` ({r['held_out_tasks']} tasks)"), ("val_also_", f"`{r['val_also']}` ({r.get('val_also_held_out_tasks', 0)} tasks)")):
+    for held, label in (
+        ("", f"split of `{r['tasks']}` ({r['held_out_tasks']} tasks)"),
+        ("val_also_", f"`{r['val_also']}` ({r.get('val_also_held_out_tasks', 0)} tasks)"),
+    ):
         if f"{held}start_pass_at_1" not in r or (held and not r["val_also"]):
             continue
         for kind, prefix, rise in (("recipe", "", "mean_rise"), ("control (lr 0)", "control_", "rise")):
@@ -183,5 +218,8 @@ def to_markdown(r: dict[str, Any]) -> str:
                 f"| {label} | {kind} | {cells(r[f'{held}{prefix}start_pass_at_1'])} | {cells(r[f'{held}{prefix}end_pass_at_1'])} "
                 f"| **{r[f'{held}{prefix}{rise}']:+.3f}** | [{lo:+.3f}, {hi:+.3f}] |"
             )
-    lines += ["", "Target: mean held-out rise >= +0.15 absolute, its interval above 0, the control's interval holding 0."]
+    lines += [
+        "",
+        "Target: mean held-out rise >= +0.15 absolute, its interval above 0, the control's interval holding 0.",
+    ]
     return "\n".join(lines)
