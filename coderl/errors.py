@@ -48,3 +48,7 @@ class AgentError(CoderlError, RuntimeError):
 
 class ProxyError(CoderlError, RuntimeError):
     """The recording proxy failed."""
+
+
+class ClusterError(CoderlError, RuntimeError):
+    """The Ray cluster could not be reached, could not hold the run's actors, or lost them all."""

@@ -14,6 +14,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from coderl.cluster.config import ClusterConfig
 from coderl.config.rules import broken_rules
 from coderl.engine.config import EngineConfig, ModelConfig
 from coderl.proxy.config import ProxyConfig, RelayWorkerConfig
@@ -79,6 +80,7 @@ class Config(Section):
     algo: AlgoConfig = AlgoConfig()
     actor: ActorConfig = ActorConfig()
     sft: SFTConfig = SFTConfig()
+    cluster: ClusterConfig = ClusterConfig()
 
     @model_validator(mode="after")
     def _sections_agree(self) -> Config:

@@ -35,6 +35,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from coderl.chat import ChatFormat
+from coderl.cluster.ray_rollouts import RayRollouts
 from coderl.config import Config
 from coderl.engine import create_engine
 from coderl.engine.base import Engine
@@ -98,6 +99,7 @@ class Trainer:
         self.clock: IdleClock | None = None
         self.ledger: SampledLedger | None = None
         self.producer: RolloutProducer | None = None  # train.mode=async: the rollouts run ahead
+        self.remote: RayRollouts | None = None  # cluster.backend=ray: the rollout workers
         self.contexts: ContextFactory | None = None
         self.tasks: list[Task] = []
         self.val_tasks: list[Task] = []
@@ -125,6 +127,14 @@ class Trainer:
         self.contexts = ContextFactory(cfg.rollout, cfg.sandbox, chat)
         self.clock = IdleClock(self.engine)
         self.ledger = SampledLedger(self.clock)
+        if cfg.cluster.backend == "ray":
+            with self.console.status("placing the rollout workers on the Ray cluster"):
+                self.remote = RayRollouts(cfg)
+                await self.remote.start(self.ledger, str(cfg.model.path or "coderl-policy"))
+            hosts = ", ".join(
+                f"{h['host']} (node {h['node'][:8]}, pid {h['pid']})" for h in self.remote.hosts
+            )
+            self.console.print(f"rollout workers (Ray namespace {self.remote.namespace}): {hosts}")
         if cfg.train.mode == "async":
             bounds = RolloutBounds(self.ledger, self.settings)
             self.producer = RolloutProducer(
@@ -164,6 +174,9 @@ class Trainer:
         return train, held
 
     async def close(self) -> None:
+        if self.remote is not None:
+            await self.remote.stop()
+            self.remote = None
         await in_own_thread(self.actor.close)
         if self.engine is not None:
             await self.engine.stop()
@@ -223,6 +236,7 @@ class Trainer:
         timer = StageTimer()
         began, idle = time.perf_counter(), self.clock.idle_s()
         waited = self.producer.waited_s if self.producer is not None else 0.0
+        retried = self.remote.retried if self.remote is not None else 0
         extra: dict[str, Any] = {}
         stale: list[RolloutResult] = []
         if self.producer is None:
@@ -253,6 +267,8 @@ class Trainer:
                 trainable = [r for r in trainable if r.trajectory.group_id in keep]
         row = rollout_metrics(step, results)
         row.update(extra)
+        if self.remote is not None:  # rollouts started again because their worker died
+            row["rollout_retries"] = self.remote.retried - retried
         row.update(
             token_mismatch=token_mismatch,
             refill_rounds=refills,
@@ -368,7 +384,10 @@ class Trainer:
     async def _roll_group(self, group: RolloutGroup, bounds: RolloutBounds) -> Group:
         """One group rolled out and graded (asynchronous mode), its versions the run's."""
         assert self.ledger is not None and self.contexts is not None
-        results = await run_rollouts([group], self.ledger, self.contexts, self.settings, bounds=bounds)
+        if self.remote is not None:
+            results = await self.remote.run([group])
+        else:
+            results = await run_rollouts([group], self.ledger, self.contexts, self.settings, bounds=bounds)
         for r in results:  # the engine's version counter -> the run's (see _rollout)
             r.trajectory.label(version_offset=self.version - self._engine_base)
         return results
@@ -387,18 +406,22 @@ class Trainer:
         groups: list[RolloutGroup],
         progress: Progress,
         label: str,
-        contexts: ContextFactory | None = None,
+        temperature: float | None = None,
     ) -> list[RolloutResult]:
+        """Roll out and grade ``groups`` here or on the rollout workers (``cluster.backend``), at
+        ``temperature`` (None: ``rollout.temperature``)."""
         assert self.ledger is not None and self.contexts is not None
         bar = progress.add_task(label, total=sum(g.size for g in groups), info="")
         try:
-            results = await run_rollouts(
-                groups,
-                self.ledger,
-                contexts or self.contexts,
-                self.settings,
-                on_done=lambda _: progress.advance(bar),
-            )
+            if self.remote is not None:
+                results = await self.remote.run(groups, temperature, on_done=lambda _: progress.advance(bar))
+            else:
+                contexts = (
+                    self.contexts if temperature is None else self.contexts.with_temperature(temperature)
+                )
+                results = await run_rollouts(
+                    groups, self.ledger, contexts, self.settings, on_done=lambda _: progress.advance(bar)
+                )
         finally:
             progress.remove_task(bar)
         for r in results:  # the engine's version counter -> the run's
@@ -502,9 +525,7 @@ class Trainer:
         groups = task_groups(tasks, t.val_samples, tag=f"{prefix}{step}{name}.")
         began = time.perf_counter()
         where = f"step {step}{' (' + name + ')' if name else ''}"
-        results = await self._rollout(
-            groups, progress, f"{where}: {prefix}", self.contexts.with_temperature(temperature)
-        )
+        results = await self._rollout(groups, progress, f"{where}: {prefix}", temperature)
         folder = self.run_dir / "validation" / f"step-{step:06d}{'-' + name if name else ''}"
         store = TrajectoryStore(folder if prefix == "val" else folder / prefix)
         for r in results:

@@ -1,0 +1,41 @@
+"""The ``cluster`` config section: where rollouts run. ``local`` (the default) runs agent loops and
+sandboxes in the trainer's own process; ``ray`` runs them in rollout workers, Ray actors placed on the
+nodes of a Ray cluster (:mod:`coderl.cluster.ray_rollouts`)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from coderl.section import Section
+
+
+class ClusterConfig(Section):
+    backend: Literal["local", "ray"] = "local"
+    """local: rollouts run in this process; ray: in rollout workers (Ray actors), each with its own
+    agent loops and sandboxes on its node, generating through the trainer's engine."""
+    address: str = "auto"
+    """Ray cluster to join: auto = the running one if there is one (RAY_ADDRESS or this machine's),
+    else a local cluster started for this run; local = always start one; or host:port of a head."""
+    namespace: str | None = None
+    """Ray namespace of this run's actors (rollout workers are named rollout-0, rollout-1, ...);
+    default: a fresh one per run."""
+    rollout_workers: int = Field(2, ge=1)
+    """Rollout worker actors. Each runs at most rollout.max_sandboxes rollouts at once."""
+    worker_cpus: float = Field(1.0, ge=0.0)
+    """CPUs each rollout worker reserves in Ray's scheduler (its placement-group bundle)."""
+    worker_resources: dict[str, float] = {}
+    """Custom Ray resources each rollout worker reserves (e.g. {sandbox_node: 1} to keep workers on
+    nodes started with --resources='{"sandbox_node": 4}')."""
+    placement: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = "SPREAD"
+    """Placement-group strategy of the rollout workers' bundles (Ray's names)."""
+    placement_timeout_s: float = Field(60.0, gt=0)
+    """Seconds to wait for the cluster to hold every worker's bundle before failing."""
+    worker_restarts: int = Field(3, ge=0)
+    """Times Ray restarts a rollout worker that died (its node lost, its process killed)."""
+    rollout_retries: int = Field(2, ge=0)
+    """Times a rollout whose worker died is started again on another worker."""
+    engine_host: str = "auto"
+    """Address the rollout workers reach the trainer's engine at: auto = this node's IP as Ray sees it
+    (127.0.0.1 when the cluster is local). The engine is served with a fresh API key per run."""

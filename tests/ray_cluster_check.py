@@ -1,0 +1,95 @@
+"""``coderl train cluster.backend=ray`` on a real two-node Ray cluster on this machine (run by
+tests/test_cluster_ray.py with a Python that has Ray):
+
+    python -m tests.ray_cluster_check WORKDIR
+
+Starts a head node and a second node (each a raylet process with one CPU and a resource of its own),
+runs ``coderl train`` in a process of its own with two rollout workers placed one per node, kills one
+worker while it is rolling out (after it has finished at least one rollout), waits for the run, then
+asks the cluster for more workers than it can hold. Prints a JSON summary for the test to check.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import ray
+from ray.cluster_utils import Cluster
+
+from coderl.cluster.ray_rollouts import RayRollouts
+from coderl.config import load_config
+from coderl.engine.scripted import ScriptedEngine
+from coderl.errors import ClusterError
+
+TRAIN = [
+    "train.tasks=bundled:warmup", "train.val_tasks=none", "sft.before_rl=false", "train.steps=2",
+    "train.tasks_per_step=2", "train.group_size=2", "rollout.agent=swe",
+    "rollout.tools=[show_function,replace_function,submit]", "rollout.max_tokens=16", "rollout.max_turns=2",
+    "rollout.max_sandboxes=1", "cluster.backend=ray", "cluster.rollout_workers=2",
+    "cluster.placement=STRICT_SPREAD", "cluster.namespace=coderl-check",
+]  # fmt: skip
+
+
+def kill_a_busy_worker(run: subprocess.Popen[bytes], deadline: float) -> dict[str, Any]:
+    """Wait for rollout-0 to have finished a rollout and be running another, then kill its process."""
+    while time.monotonic() < deadline and run.poll() is None:
+        try:
+            worker = ray.get_actor("rollout-0", namespace="coderl-check")
+            stats = ray.get(worker.stats.remote(), timeout=10)
+        except (ValueError, ray.exceptions.RayError):
+            time.sleep(0.5)
+            continue
+        if stats["finished"] >= 1 and stats["running"] >= 1:
+            ray.kill(worker, no_restart=False)  # Ray restarts it; its running rollouts are lost
+            other = ray.get(ray.get_actor("rollout-1", namespace="coderl-check").stats.remote(), timeout=30)
+            return {"killed": stats, "other": other}
+        time.sleep(0.05)
+    raise SystemExit(f"rollout-0 was never busy after a finished rollout (train exit code {run.poll()})")
+
+
+async def placement_error(rollouts: RayRollouts) -> str:
+    try:
+        await rollouts.start(ScriptedEngine(), "scripted")
+        return ""
+    except ClusterError as exc:
+        return str(exc)
+    finally:
+        await rollouts.stop()
+
+
+def main(work: Path) -> dict[str, Any]:
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={"num_cpus": 1, "resources": {"head_node": 1}, "include_dashboard": False},
+    )
+    cluster.add_node(num_cpus=1, resources={"second_node": 1})
+    cluster.wait_for_nodes()
+    try:
+        ray.init(address=cluster.address, namespace="coderl-check", log_to_driver=False)
+        nodes = len([n for n in ray.nodes() if n["Alive"]])
+        log = (work / "train.log").open("wb")
+        run = subprocess.Popen(
+            [sys.executable, "-m", "coderl", "train", *TRAIN, f"cluster.address={cluster.address}",
+             f"run.dir={work / 'run'}"],
+            stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        workers = kill_a_busy_worker(run, time.monotonic() + 400)
+        code = run.wait(timeout=500)
+        log.close()
+        # more workers than the cluster holds: a clear error, not a hang
+        cfg = load_config(overrides=[*TRAIN, "cluster.rollout_workers=3", "cluster.placement_timeout_s=3"])
+        too_many = asyncio.run(placement_error(RayRollouts(cfg)))
+        return {"nodes": nodes, **workers, "train_exit": code, "too_many": too_many}
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+
+
+if __name__ == "__main__":
+    print(json.dumps(main(Path(sys.argv[1]))))
