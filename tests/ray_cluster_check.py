@@ -6,7 +6,7 @@ tests/test_cluster_ray.py with a Python that has Ray):
 Starts a head node and a second node (each a raylet process with one CPU and a resource of its own),
 runs ``coderl train`` in a process of its own with two rollout workers placed one per node, kills one
 worker while it is rolling out (after it has finished at least one rollout), waits for the run, then
-asks the cluster for more workers than it can hold. Prints a JSON summary for the test to check.
+runs ``coderl eval`` there, and asks the cluster for more workers than it can hold. Prints a JSON summary for the test to check.
 """
 
 from __future__ import annotations
@@ -82,10 +82,24 @@ def main(work: Path) -> dict[str, Any]:
         workers = kill_a_busy_worker(run, time.monotonic() + 400)
         code = run.wait(timeout=500)
         log.close()
+        # coderl eval on the same cluster: graded on the workers, stored by the driver
+        evaluated = subprocess.run(
+            [sys.executable, "-m", "coderl", "eval", "tasks.source=bundled:strkit-001,collkit-002",
+             "rollout.agent=single_turn", "rollout.tools=null", "rollout.max_tokens=8", "cluster.backend=ray",
+             f"cluster.address={cluster.address}", f"run.dir={work / 'eval'}"],
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
         # more workers than the cluster holds: a clear error, not a hang
         cfg = load_config(overrides=[*TRAIN, "cluster.rollout_workers=3", "cluster.placement_timeout_s=3"])
         too_many = asyncio.run(placement_error(RayRollouts(cfg)))
-        return {"nodes": nodes, **workers, "train_exit": code, "too_many": too_many}
+        return {
+            "nodes": nodes,
+            **workers,
+            "train_exit": code,
+            "eval_exit": evaluated.returncode,
+            "eval_log": evaluated.stderr[-2000:],
+            "too_many": too_many,
+        }
     finally:
         ray.shutdown()
         cluster.shutdown()

@@ -29,7 +29,7 @@ def ray_python() -> str:
 
 
 @pytest.mark.slow
-def test_train_on_a_two_node_ray_cluster_loses_no_rollout_when_a_worker_dies(tmp_path: Path) -> None:
+def test_train_and_eval_on_a_two_node_ray_cluster_lose_no_rollout_when_a_worker_dies(tmp_path: Path) -> None:
     done = subprocess.run(
         [ray_python(), "-m", "tests.ray_cluster_check", str(tmp_path)],
         cwd=ROOT, capture_output=True, text=True, timeout=900,
@@ -53,6 +53,10 @@ def test_train_on_a_two_node_ray_cluster_loses_no_rollout_when_a_worker_dies(tmp
         by_group.setdefault(t["group_id"], []).append(int(t["metrics"]["sample"]))
     assert sorted(sorted(s) for s in by_group.values()) == [[0, 1]] * 4
     assert "rollout worker 0 lost a rollout" in log
+    assert got["eval_exit"] == 0, got["eval_log"]
+    report = json.loads((tmp_path / "eval" / "report.json").read_text())
+    assert report["total_instances"] == 2 and len(read_trajectories(tmp_path / "eval")) == 2
+    assert "rollout workers (Ray namespace" in got["eval_log"]
     # a cluster too small for the workers asked for: a clear error naming what it has, not a hang
     assert "cannot hold 3 rollout workers" in got["too_many"] and "second_node" in got["too_many"]
 

@@ -12,6 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from coderl.chat import ChatFormat
 from coderl.cli.common import config_from_args
+from coderl.cluster.ray_rollouts import RayRollouts
 from coderl.config import Config
 from coderl.engine import create_engine
 from coderl.rollout.context import ContextFactory
@@ -81,7 +82,12 @@ async def _run(cfg: Config, command: str, grade: bool) -> list[RolloutResult]:
     settings = RolloutSettings.from_config(cfg.rollout, cfg.tasks, grade=grade)
     groups = task_groups(tasks, cfg.rollout.group_size)
     store = TrajectoryStore(run_dir)
+    remote = RayRollouts(cfg, grade=grade) if cfg.cluster.backend == "ray" else None
     try:
+        if remote is not None:
+            with console.status("placing the rollout workers on the Ray cluster"):
+                await remote.start(engine, str(cfg.model.path or "coderl-policy"))
+            console.print(remote.describe())
         with Progress(
             TextColumn(f"{command}"), BarColumn(), MofNCompleteColumn(), TextColumn("pass rate {task.fields[rate]}"),
             TimeElapsedColumn(), console=console,
@@ -94,8 +100,18 @@ async def _run(cfg: Config, command: str, grade: bool) -> list[RolloutResult]:
                 rate = sum(x.resolved for x in done) / len(done)
                 progress.update(bar, advance=1, rate=f"{rate:.0%}" if grade else "n/a")
 
-            results = await run_rollouts(groups, engine, contexts, settings, store, on_done)
+            if remote is None:
+                results = await run_rollouts(groups, engine, contexts, settings, store, on_done)
+            else:  # the workers return each rollout as it finishes; stored here, as run_rollouts does
+
+                def store_and_count(r: RolloutResult) -> None:
+                    store.add(r.trajectory, r.record())
+                    on_done(r)
+
+                results = await remote.run(groups, on_done=store_and_count)
     finally:
+        if remote is not None:
+            await remote.stop()
         store.close()
         await engine.stop()
     if grade:

@@ -103,8 +103,9 @@ class _Worker:
 class RayRollouts:
     """Rollout workers on a Ray cluster, given rollouts one sample at a time (least busy worker first)."""
 
-    def __init__(self, cfg: Config) -> None:
+    def __init__(self, cfg: Config, grade: bool = True) -> None:
         self.cfg = cfg
+        self.grade = grade
         self.namespace = cfg.cluster.namespace or f"coderl-{secrets.token_hex(4)}"
         self.workers: list[_Worker] = []
         self.retried = 0
@@ -147,10 +148,15 @@ class RayRollouts:
                 scheduling_strategy=PlacementGroupSchedulingStrategy(
                     self._group, placement_group_bundle_index=i
                 ),
-            ).remote(self.cfg, url, key)
+            ).remote(self.cfg, url, key, self.grade)
             self.workers.append(_Worker(i, handle, self.cfg.rollout.max_sandboxes))
         self._changed = asyncio.Condition()
         self.hosts = list(await asyncio.gather(*(w.handle.ready.remote() for w in self.workers)))
+
+    def describe(self) -> str:
+        """Where the workers run, for the console."""
+        hosts = ", ".join(f"{h['host']} (node {h['node'][:8]}, pid {h['pid']})" for h in self.hosts)
+        return f"rollout workers (Ray namespace {self.namespace}): {hosts}"
 
     async def _place(self, ray: Any, c: ClusterConfig) -> Any:
         from ray.util.placement_group import placement_group, remove_placement_group

@@ -22,10 +22,10 @@ from coderl.types import Task
 
 
 class RolloutWorker:
-    """Rolls out one sample of a task per :meth:`rollout` call, at most ``rollout.max_sandboxes`` at once
+    """Rolls out one sample of a task per :meth:`rollout` call (graded unless ``grade`` is false), at most ``rollout.max_sandboxes`` at once
     (``rollout.max_engine_requests`` requests in flight to the engine)."""
 
-    def __init__(self, cfg: Config, engine_url: str, api_key: str | None) -> None:
+    def __init__(self, cfg: Config, engine_url: str, api_key: str | None, grade: bool = True) -> None:
         self.cfg = cfg
         self.engine = HTTPEngine(
             engine_url,
@@ -33,7 +33,7 @@ class RolloutWorker:
             api_key=api_key,
         )
         self.contexts = ContextFactory(cfg.rollout, cfg.sandbox, ChatFormat.for_model(cfg.model))
-        self.settings = RolloutSettings.from_config(cfg.rollout, cfg.tasks)
+        self.settings = RolloutSettings.from_config(cfg.rollout, cfg.tasks, grade=grade)
         self.bounds: RolloutBounds | None = None  # made on the actor's event loop (its semaphores)
         self._tasks: dict[str, Task] = {}
         self.running = 0

@@ -131,10 +131,7 @@ class Trainer:
             with self.console.status("placing the rollout workers on the Ray cluster"):
                 self.remote = RayRollouts(cfg)
                 await self.remote.start(self.ledger, str(cfg.model.path or "coderl-policy"))
-            hosts = ", ".join(
-                f"{h['host']} (node {h['node'][:8]}, pid {h['pid']})" for h in self.remote.hosts
-            )
-            self.console.print(f"rollout workers (Ray namespace {self.remote.namespace}): {hosts}")
+            self.console.print(self.remote.describe())
         if cfg.train.mode == "async":
             bounds = RolloutBounds(self.ledger, self.settings)
             self.producer = RolloutProducer(
