@@ -12,7 +12,7 @@ ROOT = Path(coderl.__file__).parent
 
 CONFIG_MODULES = {
     "coderl.engine.config", "coderl.sandbox.config", "coderl.tasks.config", "coderl.rollout.config",
-    "coderl.proxy.config", "coderl.train.config", "coderl.rl.config",
+    "coderl.proxy.config", "coderl.train.config", "coderl.rl.config", "coderl.cluster.config",
 }  # fmt: skip
 """Each package's own config section (imports nothing of coderl but the bottom layer)."""
 
@@ -32,6 +32,7 @@ LAYERS: list[set[str]] = [
     {"coderl.proxy"},
     {"coderl.agents"},
     {"coderl.rollout"},
+    {"coderl.cluster"},
     {"coderl.train", "coderl.viewer", "coderl.integrations"},
     {"coderl.bench"},
     {"coderl.cli", "coderl.__main__"},
