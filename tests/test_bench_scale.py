@@ -1,19 +1,27 @@
-"""`coderl bench scale`: a quick real run (scripted engine; real sandboxes, grading and actor)."""
+"""`coderl bench scale`: a quick real run (scripted engine; real sandboxes, grading and actor), with a
+Python that has Ray where there is one (this one or .venv-verl), so the rollout-worker part runs too."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+from pathlib import Path
 
 import pytest
 
-from coderl.cli.main import main
+from tests.test_cluster_ray import ray_python
 
 pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_bench_scale_quick_times_sync_and_async_side_by_side(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["bench", "scale", "--quick", "--json"]) == 0
-    r = json.loads(capsys.readouterr().out)
+def test_bench_scale_quick_times_sync_and_async_side_by_side(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [ray_python(), "-m", "coderl", "bench", "scale", "--quick", "--json", "--write", str(tmp_path / "B.md")],
+        cwd=ROOT, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    r = json.loads(done.stdout)
     sync, async1, async2 = r["runs"]
     assert [x["mode"] for x in r["runs"]] == ["sync", "async", "async"]
     assert (async1["max_staleness"], async2["max_staleness"]) == (1, 2) and sync["max_staleness"] is None
@@ -24,3 +32,10 @@ def test_bench_scale_quick_times_sync_and_async_side_by_side(capsys: pytest.Capt
     assert r["async_speedup_staleness_1"] == pytest.approx(async1["steps_per_s"] / sync["steps_per_s"])
     # sync waits for the whole rollout; async took groups rolled out while step 1 trained
     assert async1["rollout_wait_s_mean"] < sync["rollout_wait_s_mean"]
+    # rollouts alone through 1 and 2 Ray rollout workers: every rollout came back, each worker's own
+    one, two = r["ray"]["runs"]
+    assert (one["workers"], two["workers"]) == (1, 2) and one["rollouts"] == two["rollouts"] == 4
+    assert one["turns"] >= 4 and r["ray"]["speedup_2_workers"] == pytest.approx(
+        two["rollouts_per_s"] / one["rollouts_per_s"]
+    )
+    assert "2 workers ÷ 1" in (tmp_path / "B.md").read_text()

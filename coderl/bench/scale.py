@@ -7,13 +7,20 @@ loop in bubblewrap sandboxes, grading by hidden tests, the actor's forward, back
 the real model, the weight sync. The first step of each run has nothing to overlap with, so steps/s
 counts the steps after it. The ratio async / sync is the figure; the per-step engine and trainer idle
 fractions say where the time went.
+
+Where Ray is installed, the bench also times rollouts (no training) through 1 and then 2 rollout workers
+(``cluster.backend=ray``, Ray worker processes on a local cluster, each running at most
+``rollout.max_sandboxes`` rollouts) on the same scripted engine: rollouts per second, start-up of the
+workers not counted.
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import statistics
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +29,8 @@ from rich.console import Console
 from coderl.bench.report import machine_info
 from coderl.config import Config
 from coderl.engine.scripted import ScriptedEngine
+from coderl.rollout.runner import task_groups
+from coderl.tasks import load_tasks
 from coderl.train import checkpoints
 from coderl.train.loop import Trainer
 
@@ -58,6 +67,40 @@ def _one(cfg: Config, mode: str, staleness: int, latency_s: float, console: Cons
     }
 
 
+def ray_throughput(cfg: Config, latency_s: float, workers: int, console: Console) -> dict[str, Any]:
+    """Rollouts per second through ``workers`` Ray rollout workers: two rounds of ``train.tasks_per_step``
+    tasks x ``train.group_size`` samples, graded, on the scripted engine."""
+    from coderl.cluster.ray_rollouts import RayRollouts
+
+    cluster = cfg.cluster.model_copy(update={"backend": "ray", "address": "local", "rollout_workers": workers})
+    tasks = load_tasks(cfg.train.tasks)[: cfg.train.tasks_per_step]
+    groups = task_groups(tasks * 2, cfg.train.group_size)
+
+    async def run() -> tuple[float, int, int]:
+        engine = ScriptedEngine(latency_s=latency_s)
+        await engine.start()
+        remote = RayRollouts(cfg.model_copy(update={"cluster": cluster}))
+        try:
+            await remote.start(engine, "scripted")
+            began = time.perf_counter()
+            results = await remote.run(groups)
+            return time.perf_counter() - began, len(results), sum(r.trajectory.num_turns for r in results)
+        finally:
+            await remote.stop()
+            await engine.stop()
+
+    console.print(f"[bold]ray[/] ({workers} rollout worker{'s' if workers > 1 else ''})")
+    seconds, rollouts, turns = asyncio.run(run())
+    return {
+        "workers": workers,
+        "max_sandboxes_per_worker": cfg.rollout.max_sandboxes,
+        "rollouts": rollouts,
+        "turns": turns,
+        "seconds": seconds,
+        "rollouts_per_s": rollouts / max(seconds, 1e-9),
+    }
+
+
 def bench_scale(cfg: Config, latency_s: float, console: Console | None = None) -> dict[str, Any]:
     console = console or Console(stderr=True)
     if cfg.train.steps < 2:
@@ -67,6 +110,10 @@ def bench_scale(cfg: Config, latency_s: float, console: Console | None = None) -
         console.print(f"[bold]{mode}[/]{f' (max_staleness {staleness})' if mode == 'async' else ''}")
         runs.append(_one(cfg, mode, staleness, latency_s, console))
     sync = runs[0]["steps_per_s"]
+    ray: dict[str, Any] = {"skipped": "Ray is not installed (pip install 'coderl[ray]')"}
+    if importlib.util.find_spec("ray") is not None:
+        one, two = (ray_throughput(cfg, latency_s, n, console) for n in (1, 2))
+        ray = {"runs": [one, two], "speedup_2_workers": two["rollouts_per_s"] / one["rollouts_per_s"]}
     return {
         "machine": machine_info(),
         "latency_s": latency_s,
@@ -80,6 +127,7 @@ def bench_scale(cfg: Config, latency_s: float, console: Console | None = None) -
         "runs": runs,
         "async_speedup_staleness_1": runs[1]["steps_per_s"] / sync,
         "async_speedup_staleness_2": runs[2]["steps_per_s"] / sync,
+        "ray": ray,
     }
 
 
@@ -109,5 +157,22 @@ def to_markdown(r: dict[str, Any]) -> str:
         f"Async ÷ sync steps/s: **{r['async_speedup_staleness_1']:.2f}×** at max_staleness 1, "
         f"**{r['async_speedup_staleness_2']:.2f}×** at 2 (target ≥ 1.5× at 1 where rollout and update times "
         "are comparable). On one machine the actor's update and the sandboxes share its cores.",
+        "",
     ]
+    ray = r["ray"]
+    if "skipped" in ray:
+        lines.append(f"Rollout workers on Ray: not measured ({ray['skipped']}).")
+        return "\n".join(lines)
+    lines += [
+        "Rollouts alone (no training) through Ray rollout workers on a local Ray cluster on this machine, the "
+        f"same scripted engine, {ray['runs'][0]['max_sandboxes_per_worker']} rollouts at once per worker:",
+        "",
+        "| rollout workers | rollouts | turns | seconds | rollouts/s |",
+        "|---|---|---|---|---|",
+    ]
+    for run in ray["runs"]:
+        lines.append(
+            f"| {run['workers']} | {run['rollouts']} | {run['turns']} | {run['seconds']:.1f} | {run['rollouts_per_s']:.3f} |"
+        )
+    lines += ["", f"2 workers ÷ 1: **{ray['speedup_2_workers']:.2f}×** rollouts/s."]
     return "\n".join(lines)
