@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -75,3 +79,22 @@ def test_a_finished_run_is_reused_when_only_defaults_changed_and_not_when_a_sett
     assert bench_root(load_config(None, [*LEARN_TINY, "run.seed=3"])) == bench_root(cfg)  # seeds share a root
     (run / "config.yaml").write_text("train: {no_such_setting: 1}\n")
     assert not _finished(run, cfg)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_learning_run_ends_when_its_bench_is_killed(tmp_path: Path) -> None:
+    parent = subprocess.Popen(
+        [sys.executable, "-c",
+         "import subprocess, sys; from coderl.bench.learn import _die_with_parent\n"
+         "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], preexec_fn=_die_with_parent)\n"
+         "print(child.pid, flush=True); child.wait()"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert parent.stdout is not None
+    child = int(parent.stdout.readline())
+    parent.send_signal(signal.SIGKILL)  # no handler, no finally: only the kernel can end the child
+    parent.wait()
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{child}").exists() and "Z" not in Path(f"/proc/{child}/stat").read_text().split()[2]:
+        assert time.monotonic() < deadline, "the run outlived its bench"
+        time.sleep(0.05)

@@ -27,6 +27,7 @@ stopped; an unfinished folder is started again from scratch.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import random
@@ -106,6 +107,17 @@ def _finished(run_dir: Path, cfg: Config) -> bool:
         return False
 
 
+def _die_with_parent() -> None:
+    """In the child, before it runs: on Linux, ask for SIGTERM when the bench process dies (a bench
+    killed with SIGTERM or SIGKILL would otherwise leave its hour-long run going); elsewhere nothing."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
 def _one_run(cfg: Config, console: Console, run_dir: Path) -> dict[str, Any]:
     """Train once, as ``coderl train`` in a process of its own (one run's engine, actor and optimizer
     never share memory with the next: in one process two main jobs exceed this machine's 24 GB), or
@@ -134,7 +146,8 @@ def _one_run(cfg: Config, console: Console, run_dir: Path) -> dict[str, Any]:
             f"run.dir={run_dir}",
         ]
         began = time.monotonic()
-        code = subprocess.run(command, check=False, stdout=2).returncode  # stdout stays the bench's (--json)
+        # stdout stays the bench's (--json); the run ends with the bench, however the bench ends
+        code = subprocess.run(command, check=False, stdout=2, preexec_fn=_die_with_parent).returncode
         if code != 0:
             raise CoderlError(
                 f"bench learn: {run_dir.name} failed (coderl train exited with {code}); its run directory is "
