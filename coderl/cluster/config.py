@@ -36,6 +36,23 @@ class ClusterConfig(Section):
     """Times Ray restarts a rollout worker that died (its node lost, its process killed)."""
     rollout_retries: int = Field(2, ge=0)
     """Times a rollout whose worker died is started again on another worker."""
+    engine_replicas: int = Field(0, ge=0)
+    """Engine servers launched as Ray actors, one per replica, each on its own node's share
+    (engine_cpus / engine_gpus / engine_resources), behind the trainer's router; 0 = the trainer's own
+    engine (the engine section)."""
+    engine_server: Literal["coderl", "vllm", "sglang"] = "coderl"
+    """What each replica launches: coderl engine serve (the embedded engine), vllm serve (with
+    --logprobs-mode processed_logprobs; LoRA weight sync only) or SGLang's launch_server."""
+    engine_cpus: float = Field(1.0, ge=0.0)
+    """CPUs each engine replica reserves in Ray's scheduler."""
+    engine_gpus: float = Field(0.0, ge=0.0)
+    """GPUs each engine replica reserves (the launched server sees them through CUDA_VISIBLE_DEVICES)."""
+    engine_resources: dict[str, float] = {}
+    """Custom Ray resources each engine replica reserves."""
+    engine_args: list[str] = []
+    """Extra command-line arguments of every launched server (e.g. [--gpu-memory-utilization, '0.8'])."""
+    engine_start_timeout_s: float = Field(900.0, gt=0)
+    """Seconds a launched server may take to answer /health."""
     engine_host: str = "auto"
     """Address the rollout workers reach the trainer's engine at: auto = this node's IP as Ray sees it
     (127.0.0.1 when the cluster is local). The engine is served with a fresh API key per run."""

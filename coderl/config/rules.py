@@ -89,6 +89,30 @@ def sft_before_rl_needs_data(cfg: Config) -> str | None:
     return None
 
 
+def engine_replicas_need_ray(cfg: Config) -> str | None:
+    if cfg.cluster.engine_replicas and cfg.cluster.backend != "ray":
+        return (
+            f"cluster.engine_replicas: got {cfg.cluster.engine_replicas} with cluster.backend=local — engine "
+            "replicas are Ray actors; set cluster.backend=ray (or engine.replicas for engines in this process)"
+        )
+    return None
+
+
+def vllm_replicas_need_lora(cfg: Config) -> str | None:
+    c = cfg.cluster
+    if (
+        c.engine_replicas
+        and c.engine_server == "vllm"
+        and (cfg.actor.lora_rank == 0 or cfg.train.weight_sync == "full")
+    ):
+        return (
+            "cluster.engine_server: got vllm with full weight sync — vLLM servers have no stable HTTP endpoint to "
+            "reload full weights; set actor.lora_rank > 0 (LoRA adapters sync through vLLM's load_lora_adapter), "
+            "or cluster.engine_server=sglang / coderl"
+        )
+    return None
+
+
 RULES: list[Callable[[Config], str | None]] = [
     group_estimator_needs_groups,
     dynamic_sampling_needs_groups,
@@ -98,6 +122,8 @@ RULES: list[Callable[[Config], str | None]] = [
     pass_k_needs_samples,
     remote_agent_needs_a_command,
     sft_before_rl_needs_data,
+    engine_replicas_need_ray,
+    vllm_replicas_need_lora,
 ]
 
 

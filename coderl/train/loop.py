@@ -35,7 +35,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from coderl.chat import ChatFormat
-from coderl.cluster.ray_rollouts import RayRollouts
+from coderl.cluster.engines import RayEngines
+from coderl.cluster.ray_rollouts import RayRollouts, connect, import_ray
 from coderl.config import Config
 from coderl.engine import create_engine
 from coderl.engine.base import Engine
@@ -58,6 +59,7 @@ from coderl.train import checkpoints
 from coderl.train.actor import Scored
 from coderl.train.batch import BatchLoss, build_batch, sequences_of
 from coderl.train.curriculum import Curriculum
+from coderl.train.fanout import FanOutSync
 from coderl.train.idle import IdleClock
 from coderl.train.ledger import SampledLedger
 from coderl.train.loggers import MetricSinks
@@ -100,6 +102,8 @@ class Trainer:
         self.ledger: SampledLedger | None = None
         self.producer: RolloutProducer | None = None  # train.mode=async: the rollouts run ahead
         self.remote: RayRollouts | None = None  # cluster.backend=ray: the rollout workers
+        self.replicas: RayEngines | None = None  # cluster.engine_replicas: launched engine servers
+        self._ray_started = False  # this run started a local Ray cluster (and shuts it down)
         self.contexts: ContextFactory | None = None
         self.tasks: list[Task] = []
         self.val_tasks: list[Task] = []
@@ -121,15 +125,13 @@ class Trainer:
         self.curriculum = Curriculum(self.tasks, cfg.train.curriculum, estimates, cfg.run.seed)
         with self.console.status("loading the policy (actor) and starting the engine"):
             await in_own_thread(self.actor.setup)
-            self.engine = self._given_engine or create_engine(cfg.engine, cfg.model, seed=cfg.run.seed)
-            await self.engine.start()
+            self.engine = await self._start_engine()
         chat = ChatFormat.for_model(cfg.model)
         self.contexts = ContextFactory(cfg.rollout, cfg.sandbox, chat)
         self.clock = IdleClock(self.engine)
         self.ledger = SampledLedger(self.clock)
-        if cfg.cluster.backend == "ray":
+        if self.remote is not None:
             with self.console.status("placing the rollout workers on the Ray cluster"):
-                self.remote = RayRollouts(cfg)
                 await self.remote.start(self.ledger, str(cfg.model.path or "coderl-policy"))
             self.console.print(self.remote.describe())
         if cfg.train.mode == "async":
@@ -155,6 +157,27 @@ class Trainer:
             self.console.print(f"no checkpoint in {self.run_dir}/checkpoints yet: starting from step 1")
         self.rows = checkpoints.read_metrics(self.run_dir / "metrics.jsonl")
 
+    async def _start_engine(self) -> Engine:
+        """The engine the run samples from, started: the one given, the engine section's, or (with
+        ``cluster.engine_replicas``) servers launched on the Ray cluster behind a router, whose weights
+        are then fanned out through Ray (:class:`~coderl.train.fanout.FanOutSync`)."""
+        cfg = self.cfg
+        if cfg.cluster.backend == "ray":
+            self.remote = RayRollouts(cfg)
+            self._ray_started = connect(cfg.cluster, self.remote.namespace)
+            if cfg.cluster.engine_replicas and self._given_engine is None:
+                self.replicas = RayEngines(cfg, self.remote.namespace)
+                engine = await self.replicas.start()
+                lora = cfg.actor.lora_rank > 0 and cfg.train.weight_sync in ("auto", "lora")
+                self.weight_sync = FanOutSync(self.replicas, lora, self.run_dir / "weights")
+                self.console.print(
+                    f"engine replicas ({cfg.cluster.engine_server}): {', '.join(self.replicas.urls)}"
+                )
+                return engine
+        engine = self._given_engine or create_engine(cfg.engine, cfg.model, seed=cfg.run.seed)
+        await engine.start()
+        return engine
+
     def _split_tasks(self) -> tuple[list[Task], list[Task]]:
         """Training and held-out tasks, disjoint (module doc of :mod:`coderl.tasks.split`)."""
         t = self.cfg.train
@@ -178,6 +201,12 @@ class Trainer:
         if self.engine is not None:
             await self.engine.stop()
             self.engine = None
+        if self.replicas is not None:
+            await self.replicas.stop()
+            self.replicas = None
+        if self._ray_started:
+            import_ray().shutdown()
+            self._ray_started = False
 
     # ------------------------------------------------------------------ the run
     async def run(self, resume: bool = False) -> Path:
