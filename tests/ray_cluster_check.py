@@ -4,7 +4,8 @@ tests/test_cluster_ray.py with a Python that has Ray):
     python -m tests.ray_cluster_check WORKDIR
 
 Starts a head node and a second node (each a raylet process with one CPU and a resource of its own),
-runs ``coderl train`` in a process of its own with two rollout workers placed one per node, kills one
+runs ``coderl train`` in a process of its own with two rollout workers placed one per node and its
+engine launched as a server by an engine replica actor (``coderl engine serve``), kills one
 worker while it is rolling out (after it has finished at least one rollout), waits for the run, then
 runs ``coderl eval`` there, and asks the cluster for more workers than it can hold. Prints a JSON summary for the test to check.
 """
@@ -32,7 +33,8 @@ TRAIN = [
     "train.tasks_per_step=2", "train.group_size=2", "rollout.agent=swe",
     "rollout.tools=[show_function,replace_function,submit]", "rollout.max_tokens=16", "rollout.max_turns=2",
     "rollout.max_sandboxes=1", "cluster.backend=ray", "cluster.rollout_workers=2",
-    "cluster.placement=STRICT_SPREAD", "cluster.namespace=coderl-check",
+    "cluster.placement=STRICT_SPREAD", "cluster.namespace=coderl-check", "cluster.engine_replicas=1",
+    "cluster.engine_cpus=0",
 ]  # fmt: skip
 
 

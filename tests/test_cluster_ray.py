@@ -46,13 +46,16 @@ def test_train_and_eval_on_a_two_node_ray_cluster_lose_no_rollout_when_a_worker_
     assert sum(r["rollout_retries"] for r in rows) >= 1  # the killed worker's rollout ran again elsewhere
     for r in rows:  # every sample of every group, checked token by token against what the engine sampled
         assert r["samples"] == 4 and r["token_mismatch"] == 0 and r["trained_samples"] == 4
+        # the launched server samples from the actor's weights: after the first update too (fanned out)
+        assert r["logprob_mismatch"] < 1e-3 and r["policy_version"] == r["step"]
     trajs = read_trajectories(run)
     assert len(trajs) == 8  # nothing finished was lost, nothing ran twice into the record
     by_group: dict[str, list[int]] = {}
     for t in trajs:
         by_group.setdefault(t["group_id"], []).append(int(t["metrics"]["sample"]))
     assert sorted(sorted(s) for s in by_group.values()) == [[0, 1]] * 4
-    assert "rollout worker 0 lost a rollout" in log
+    assert "rollout worker 0 lost a rollout" in log and "engine replicas (coderl): http://" in log
+    assert sorted({(t["step"], t["policy_version"]) for t in trajs}) == [(1, 0), (2, 1)]
     assert got["eval_exit"] == 0, got["eval_log"]
     report = json.loads((tmp_path / "eval" / "report.json").read_text())
     assert report["total_instances"] == 2 and len(read_trajectories(tmp_path / "eval")) == 2
@@ -70,6 +73,33 @@ def test_the_ray_backend_without_ray_names_the_package() -> None:
         import_ray()
 
 
+def test_the_launched_servers_report_the_sampling_distributions_logprobs() -> None:
+    from coderl.cli.main import _split_config, build_parser
+    from coderl.cluster.launcher import server_command
+
+    def command(*overrides: str) -> tuple[list[str], dict[str, str]]:
+        cfg = load_config(overrides=["cluster.backend=ray", "cluster.engine_replicas=2", *overrides])
+        return server_command(cfg, Path("/ckpt/policy"), "10.0.0.7", 8123, "sekret")
+
+    cmd, _ = command("model.dtype=bfloat16", "engine.max_batch_size=32")
+    ns = build_parser().parse_args(cmd[3:])  # python -m coderl engine serve ...
+    path, overrides = _split_config(ns)
+    served = load_config(path, overrides, env={})
+    assert (ns.command, served.server.host, served.server.port, served.server.api_key) == (
+        "engine", "10.0.0.7", 8123, "sekret",
+    )  # fmt: skip
+    assert served.model.dtype == "bfloat16" and served.engine.max_batch_size == 32
+    cmd, env = command(
+        "cluster.engine_server=vllm", "actor.lora_rank=8", "cluster.engine_args=[--enforce-eager]"
+    )
+    assert cmd[:3] == ["vllm", "serve", "/ckpt/policy"] and cmd[-1] == "--enforce-eager"
+    assert cmd[cmd.index("--logprobs-mode") + 1] == "processed_logprobs"  # not vLLM's raw default
+    assert "--enable-lora" in cmd and env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "True"
+    cmd, env = command("cluster.engine_server=sglang")
+    assert "sglang.launch_server" in cmd and env["SGLANG_RETURN_ORIGINAL_LOGPROB"] == "0"
+    assert cmd[cmd.index("--api-key") + 1] == "sekret" and "--enable-lora" not in cmd
+
+
 def test_cluster_settings_are_checked() -> None:
     with pytest.raises(ConfigError, match=r"cluster\.backend"):
         load_config(overrides=["cluster.backend=slurm"])
@@ -77,3 +107,9 @@ def test_cluster_settings_are_checked() -> None:
         load_config(overrides=["cluster.rollout_workers=0"])
     with pytest.raises(ConfigError, match=r"cluster\.placement"):
         load_config(overrides=["cluster.placement=ANYWHERE"])
+    with pytest.raises(ConfigError, match="engine replicas are Ray actors"):
+        load_config(overrides=["cluster.engine_replicas=1"])
+    with pytest.raises(ConfigError, match="vLLM servers have no stable HTTP endpoint"):
+        load_config(
+            overrides=["cluster.backend=ray", "cluster.engine_replicas=1", "cluster.engine_server=vllm"]
+        )
