@@ -89,6 +89,12 @@ def _scale(cfg: Config, ns: argparse.Namespace, console: Console) -> dict[str, A
     return bench_scale(cfg, latency, console=console)
 
 
+def _shard(cfg: Config, ns: argparse.Namespace, console: Console) -> dict[str, Any]:
+    from coderl.bench.shard import bench_shard
+
+    return bench_shard(cfg, ns.ranks, 2 if ns.quick else 4, ns.quick, console=console)
+
+
 SCALE_RUN = ["train.val_tasks=none", "sft.before_rl=false", "train.save_every=1000"]
 """What every run of ``coderl bench scale`` sets: no validation, no warm start, one checkpoint."""
 
@@ -137,6 +143,12 @@ BENCHES: dict[str, Bench] = {
             else []
         ),
     ),
+    "shard": Bench(
+        "the sharded actor (FSDP2, actor.ranks) vs one process: same update, time per step",
+        "shard",
+        _shard,
+        [("--ranks", {"type": int, "default": 2, "help": "ranks to compare with one process (default 2)"})],
+    ),
     "scale": Bench(
         "sync vs async training steps/s (max_staleness 1 and 2): scripted engine, real sandboxes and actor",
         "scale",
@@ -152,12 +164,24 @@ BENCHES: dict[str, Bench] = {
             )
         ],
         train_defaults=True,
-        overrides=lambda ns: SCALE_RUN
-        + (
-            ["train.steps=2", "train.tasks_per_step=1", "train.group_size=2", "rollout.max_tokens=16",
-             "rollout.max_turns=1"]
-            if ns.quick
-            else ["train.steps=6", "train.tasks_per_step=2", "train.group_size=4", "rollout.max_tokens=64"]
+        overrides=lambda ns: (
+            SCALE_RUN
+            + (
+                [
+                    "train.steps=2",
+                    "train.tasks_per_step=1",
+                    "train.group_size=2",
+                    "rollout.max_tokens=16",
+                    "rollout.max_turns=1",
+                ]
+                if ns.quick
+                else [
+                    "train.steps=6",
+                    "train.tasks_per_step=2",
+                    "train.group_size=4",
+                    "rollout.max_tokens=64",
+                ]
+            )
         ),
     ),
     "proxy": Bench(
