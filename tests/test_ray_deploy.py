@@ -8,14 +8,18 @@ from __future__ import annotations
 
 import json
 import shlex
+import subprocess
+import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from coderl.cli.main import _split_config, build_parser
 from coderl.config import Config, load_config
 from coderl.config.packaged import default_train_config
+from tests.test_proxy_deploy import docker_daemon
 
 ROOT = Path(__file__).resolve().parents[1]
 MANIFEST = ROOT / "deploy" / "k8s" / "raycluster.yaml"
@@ -134,3 +138,25 @@ def test_the_image_installs_coderl_with_the_ray_the_cluster_declares() -> None:
     version = manifest()["RayCluster"]["spec"]["rayVersion"]
     as_tuple = lambda v: tuple(int(x) for x in v.split("."))  # noqa: E731
     assert as_tuple(low) <= as_tuple(version) < as_tuple(high)  # the cluster's Ray is one the extra allows
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not docker_daemon(), reason="no Docker daemon answers here (docker version fails)")
+def test_the_image_builds_with_ray_coderl_and_the_default_model() -> None:
+    tag = f"coderl-ray-test:{uuid.uuid4().hex[:8]}"
+    build = ["docker", "build", "-f", str(DOCKERFILE), "-t", tag, str(ROOT)]
+    assert subprocess.run(build, timeout=3600).returncode == 0, shlex.join(build)
+    try:
+        check = "import ray, coderl; from coderl.checkpoint import resolve_checkpoint; print(resolve_checkpoint())"
+        done = subprocess.run(
+            ["docker", "run", "--rm", tag, "python", "-c", check], capture_output=True, text=True, timeout=600
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert (
+            subprocess.run(
+                ["docker", "run", "--rm", tag, "coderl", "train", "--help"], timeout=600
+            ).returncode
+            == 0
+        )
+    finally:
+        subprocess.run(["docker", "rmi", "-f", tag], capture_output=True, timeout=120)
