@@ -127,6 +127,8 @@ def test_every_field_is_documented() -> None:
         (["algo.kl_coef=0.1"], "actor.reference"),  # a KL penalty needs a reference policy
         (["rollout.pass_k=[1,4]"], "rollout.group_size"),  # pass@4 needs 4 samples per task
         (["rollout.agent=remote"], "rollout.remote_command"),  # the remote loop runs an agent program
+        (["cluster.engine_replicas=1"], "cluster.engine_replicas"),  # replicas are Ray actors
+        (["cluster.backend=ray", "cluster.engine_replicas=1", "cluster.engine_server=vllm"], "cluster.engine_server"),
     ],
 )
 def test_rules_across_sections_fail_every_command_before_any_work(overrides: list[str], named: str) -> None:
@@ -141,6 +143,8 @@ def test_rules_across_sections_fail_every_command_before_any_work(overrides: lis
         "actor.reference": ["actor.reference=true"],
         "rollout.group_size": ["rollout.group_size=4"],
         "rollout.remote_command": ["rollout.remote_command=mini --yolo"],
+        "cluster.engine_replicas": ["cluster.backend=ray"],
+        "cluster.engine_server": ["actor.lora_rank=4"],  # vLLM takes LoRA adapters at run time
     }[named]
     load_config(overrides=[*overrides, *fixed])  # the way out the message names works
 
@@ -161,5 +165,5 @@ def test_each_section_is_owned_by_its_package() -> None:
         "engine": "coderl.engine.config", "sandbox": "coderl.sandbox.config", "tasks": "coderl.tasks.config",
         "rollout": "coderl.rollout.config", "proxy": "coderl.proxy.config", "relay": "coderl.proxy.config",
         "train": "coderl.train.config", "algo": "coderl.rl.config", "actor": "coderl.train.config",
-        "sft": "coderl.train.config",
+        "sft": "coderl.train.config", "cluster": "coderl.cluster.config",
     }  # fmt: skip
