@@ -30,8 +30,8 @@ from coderl.errors import ClusterError
 
 TRAIN = [
     "train.tasks=bundled:warmup", "train.val_tasks=none", "sft.before_rl=false", "train.steps=2",
-    "train.tasks_per_step=2", "train.group_size=2", "rollout.agent=swe",
-    "rollout.tools=[show_function,replace_function,submit]", "rollout.max_tokens=16", "rollout.max_turns=2",
+    "train.tasks_per_step=2", "train.group_size=2", "rollout.agent=single_turn",
+    "rollout.tools=null", "rollout.max_tokens=24",
     "rollout.max_sandboxes=1", "cluster.backend=ray", "cluster.rollout_workers=2",
     "cluster.placement=STRICT_SPREAD", "cluster.namespace=coderl-check", "cluster.engine_replicas=1",
     "cluster.engine_cpus=0",

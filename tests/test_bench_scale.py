@@ -22,13 +22,13 @@ def test_bench_scale_quick_times_sync_and_async_side_by_side(tmp_path: Path) -> 
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     r = json.loads(done.stdout)
-    sync, async1, async2 = r["runs"]
-    assert [x["mode"] for x in r["runs"]] == ["sync", "async", "async"]
-    assert (async1["max_staleness"], async2["max_staleness"]) == (1, 2) and sync["max_staleness"] is None
+    sync, async1 = r["runs"]  # --quick leaves out max_staleness 2
+    assert [x["mode"] for x in r["runs"]] == ["sync", "async"] and "async_speedup_staleness_2" not in r
+    assert async1["max_staleness"] == 1 and sync["max_staleness"] is None
     for run in r["runs"]:
         assert run["steps_timed"] == 1 and run["steps_per_s"] > 0 and run["update_s_mean"] > 0
         assert 0 <= run["engine_idle_fraction"] <= 1 and 0 <= run["trainer_idle_fraction"] <= 1
-    assert async1["policy_lag_max"] <= 1 and async2["policy_lag_max"] <= 2
+    assert async1["policy_lag_max"] <= 1
     assert r["async_speedup_staleness_1"] == pytest.approx(async1["steps_per_s"] / sync["steps_per_s"])
     # sync waits for the whole rollout; async took groups rolled out while step 1 trained
     assert async1["rollout_wait_s_mean"] < sync["rollout_wait_s_mean"]

@@ -176,14 +176,15 @@ def test_warm_start_then_rl_with_two_held_out_sets(tmp_path: Path) -> None:
     """The main job's chain on a small scale: validate (step 0) -> supervised warm start on gold
     demonstrations of the training tasks -> validate -> RL -> validate, on synthesised tasks."""
     # bugs in the function the issue calls, short enough that each demonstrated turn fits 120 tokens;
-    # 4 warm-start steps at 1e-4 teach the calls' form, so the later turns stop early (a faster test)
+    # 4 warm-start steps at 1e-4 teach the calls' form, so the later turns stop early (a faster test);
+    # a rollout stops at 200 model tokens (a demonstration here needs fewer)
     suite = "bundled:strkit-s010,strkit-s039,strkit-s013,strkit-s016"
     run = tmp_path / "run"
     out = _finish(
         _train(
             f"train.tasks={suite}", "train.val_tasks=", "train.val_size=1", "train.val_samples=1",
             "train.val_also=bundled:collkit-001", "train.steps=1", "train.tasks_per_step=1", "train.group_size=2",
-            "rollout.max_tokens=120", "sft.before_rl=true", f'sft.data=["gold:{suite}"]',
+            "rollout.max_tokens=120", "rollout.max_total_tokens=200", "sft.before_rl=true", f'sft.data=["gold:{suite}"]',
             "sft.lr=1e-4", "sft.epochs=4", "sft.batch_size=2", f"run.dir={run}",
         )
     )  # fmt: skip

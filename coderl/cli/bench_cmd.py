@@ -86,7 +86,7 @@ def _scale(cfg: Config, ns: argparse.Namespace, console: Console) -> dict[str, A
     from coderl.bench.scale import bench_scale
 
     latency = ns.latency if ns.latency is not None else (0.5 if ns.quick else 4.0)
-    return bench_scale(cfg, latency, console=console)
+    return bench_scale(cfg, latency, console=console, quick=ns.quick)
 
 
 def _shard(cfg: Config, ns: argparse.Namespace, console: Console) -> dict[str, Any]:
