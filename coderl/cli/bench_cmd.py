@@ -85,7 +85,7 @@ def _proxy(cfg: Config, ns: argparse.Namespace, console: Console) -> dict[str, A
 def _scale(cfg: Config, ns: argparse.Namespace, console: Console) -> dict[str, Any]:
     from coderl.bench.scale import bench_scale
 
-    latency = ns.latency if ns.latency is not None else (0.5 if ns.quick else 4.0)
+    latency = ns.latency if ns.latency is not None else (0.5 if ns.quick else 12.0)
     return bench_scale(cfg, latency, console=console, quick=ns.quick)
 
 
@@ -159,7 +159,7 @@ BENCHES: dict[str, Bench] = {
                 {
                     "type": float,
                     "default": None,
-                    "help": "scripted engine seconds per call (default 4.0; 0.5 with --quick)",
+                    "help": "scripted engine seconds per call (default 12.0: rollouts about as long as the update on a 2-core CPU; 0.5 with --quick)",
                 },
             )
         ],
