@@ -7,7 +7,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,17 +14,13 @@ import pytest
 from coderl.config import load_config
 from coderl.errors import ClusterError, ConfigError
 from coderl.rollout.store import read_trajectories
+from tests.extra_python import python_with
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def ray_python() -> str:
-    if importlib.util.find_spec("ray") is not None:
-        return sys.executable
-    venv = ROOT / ".venv-verl" / "bin" / "python"
-    if not venv.exists():
-        pytest.skip("Ray is not installed here, and there is no .venv-verl (bash scripts/test.sh makes one)")
-    return str(venv)
+    return python_with("ray")
 
 
 @pytest.mark.slow

@@ -32,9 +32,9 @@ def manifest() -> dict[str, dict[str, Any]]:
     return {d["kind"]: d for d in docs}
 
 
-def dockerfile() -> list[tuple[str, str]]:
+def dockerfile(path: Path = DOCKERFILE) -> list[tuple[str, str]]:
     """(instruction, arguments) per Dockerfile instruction, continuation lines joined."""
-    text = DOCKERFILE.read_text().replace("\\\n", " ")
+    text = path.read_text().replace("\\\n", " ")
     lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
     return [(ln.split(None, 1)[0].upper(), ln.split(None, 1)[1] if " " in ln else "") for ln in lines]
 

@@ -20,6 +20,7 @@ from coderl.cli.main import _split_config, build_parser
 from coderl.config import Config, load_config
 from coderl.config.packaged import default_train_config
 from tests.test_proxy_deploy import docker_daemon
+from tests.test_proxy_deploy import dockerfile as proxy_dockerfile
 
 ROOT = Path(__file__).resolve().parents[1]
 MANIFEST = ROOT / "deploy" / "k8s" / "raycluster.yaml"
@@ -121,9 +122,7 @@ def test_every_pod_runs_the_image_unprivileged_with_sandboxes_allowed() -> None:
 
 
 def dockerfile() -> list[tuple[str, str]]:
-    text = DOCKERFILE.read_text().replace("\\\n", " ")
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
-    return [(ln.split(None, 1)[0].upper(), ln.split(None, 1)[1] if " " in ln else "") for ln in lines]
+    return proxy_dockerfile(DOCKERFILE)
 
 
 def test_the_image_installs_coderl_with_the_ray_the_cluster_declares() -> None:

@@ -6,29 +6,21 @@ a named Ray actor (tests/ray_proxy_check.py)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.conftest import hf_logprobs
+from tests.extra_python import python_with
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def verl_python() -> str:
-    if importlib.util.find_spec("verl") is not None:
-        return sys.executable
-    venv = ROOT / ".venv-verl" / "bin" / "python"
-    if not venv.exists():
-        pytest.skip(
-            "verl is not installed here, and there is no .venv-verl (bash scripts/setup.sh makes one)"
-        )
-    return str(venv)
+    return python_with("verl")
 
 
 @pytest.mark.slow
