@@ -79,3 +79,69 @@ async def test_update_weights_reaches_every_live_replica() -> None:
     router = Router(reps)
     assert await router.update_weights("/ckpt") == 1
     assert [r.policy_version for r in reps] == [1, 1] and router.policy_version == 1
+
+
+async def _until_alive(router: Router, idx: int) -> None:
+    for _ in range(100):
+        if router.stats()["replicas"][idx]["alive"]:
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"replica {idx} did not come back: {router.stats()}")
+
+
+async def test_replica_that_missed_an_update_serves_again_only_after_catching_up() -> None:
+    a, b = ScriptedEngine(name="a"), ScriptedEngine(name="b")
+    router = Router([a, b], probe_interval_s=0.05)
+    await router.start()
+    a.dead = True  # a is down while the weights change: it keeps the old ones
+    assert await router.update_weights("/ckpt-v1") == 1
+    assert router.stats()["replicas"][0]["alive"] is False
+    assert (a.version, a.weights) == (0, None)
+    assert await router.update_weights("/ckpt-v2") == 2
+    # every request goes to b meanwhile, stamped with the router's version
+    assert {(c.replica, c.policy_version) for c in [await router.generate([1], P) for _ in range(4)]} == {("b", 2)}
+    a.dead = False
+    await _until_alive(router, 0)
+    # the probe replayed the latest weights before letting it back: one update, not two
+    assert (a.version, a.weights) == (1, "/ckpt-v2")
+    served = [await router.generate([1], P, session_id=f"s{i}") for i in range(6)]
+    assert {c.replica for c in served} == {"a", "b"}
+    assert {c.policy_version for c in served} == {2}  # a's own counter says 1; the router's says 2
+    assert router.stats()["replicas"][0]["policy_version"] == 2
+    await router.stop()
+
+
+async def test_replica_out_since_a_failed_request_catches_up_with_updates_it_missed() -> None:
+    a, b = ScriptedEngine(name="a"), ScriptedEngine(name="b")
+    router = Router([a, b], probe_interval_s=0.05)
+    await router.start()
+    a.dead = True
+    await router.generate([1], P)  # a fails and is taken out (or b serves it directly)
+    await router.generate([1], P)
+    assert router.stats()["replicas"][0]["alive"] is False
+    await router.update_weights("/ckpt-v1")  # while a is out
+    assert (a.version, b.version) == (0, 1)
+    a.dead = False
+    await _until_alive(router, 0)
+    assert (a.version, a.weights) == (1, "/ckpt-v1")  # replayed on a
+    await router.stop()
+
+
+async def test_update_that_no_replica_takes_names_every_failure() -> None:
+    a, b = ScriptedEngine(name="a"), ScriptedEngine(name="b")
+    a.dead = b.dead = True
+    router = Router([a, b])
+    with pytest.raises(EngineUnavailableError, match=r"no engine replica took the update: a: .*; b: "):
+        await router.update_weights("/ckpt")
+    assert router.policy_version == 0
+
+
+async def test_versions_are_the_routers_whatever_a_replica_counted_before() -> None:
+    a = ScriptedEngine(name="a", version=5)  # a server that took updates before this run
+    b = ScriptedEngine(name="b")
+    router = Router([a, b])
+    await router.start()
+    assert {(await router.generate([1], P, session_id=s)).policy_version for s in "wxyz"} == {0}
+    assert await router.update_weights("/ckpt") == 1
+    assert {(await router.generate([1], P, session_id=s)).policy_version for s in "wxyz"} == {1}
+    await router.stop()

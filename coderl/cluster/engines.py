@@ -36,6 +36,7 @@ class RayEngines:
         self.launchers: list[Any] = []
         self.clients: list[HTTPEngine] = []
         self.urls: list[str] = []
+        self.router: Router | None = None
 
     async def start(self) -> Engine:
         """Place the replicas, launch their servers, and return the started router over them."""
@@ -69,9 +70,9 @@ class RayEngines:
         self.urls = [str(u) for u in urls]
         http = self.cfg.engine.model_copy(update={"type": "http", "urls": self.urls, "api": c.engine_server})
         self.clients = [HTTPEngine(url, http, api_key=key) for url in self.urls]
-        router = Router(list(self.clients), max_sessions=self.cfg.engine.max_sessions)
-        await router.start()
-        return router
+        self.router = Router(list(self.clients), max_sessions=self.cfg.engine.max_sessions)
+        await self.router.start()
+        return self.router
 
     async def stop(self) -> None:
         ray = import_ray()

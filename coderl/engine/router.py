@@ -7,6 +7,13 @@
 - A replica that fails with :class:`EngineUnavailableError` is taken out; the request is retried on
   another replica and the sessions that lived there move on their next turn. Taken-out replicas are
   probed every ``probe_interval_s`` and return when healthy.
+- Weights: an update goes to every live replica; one that fails to take it is taken out, since it
+  would serve the old policy under the new version. The router keeps the latest update of each kind
+  (full weights, LoRA adapter) and replays them on a replica before the probe lets it back, so no
+  replica that missed an update ever serves again.
+- Versions: the router counts its own updates, and every completion's ``policy_version`` (and
+  per-token versions) is given in that count, whatever each replica's own counter says (a replica
+  that caught up with one replay has taken fewer updates than the others).
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ import contextlib
 import itertools
 import logging
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +36,11 @@ if TYPE_CHECKING:
     import torch
 
 log = logging.getLogger(__name__)
+
+Push = Callable[[int, Engine], Awaitable[int]]
+"""One weight update for replica ``i`` (its index, the replica): returns the replica's new version."""
+
+_KINDS = ("weights", "adapter")  # the order a catching-up replica replays them in
 
 
 class Router(Engine):
@@ -51,6 +63,10 @@ class Router(Engine):
         self._sticky: OrderedDict[str, int] = OrderedDict()
         self._probe: asyncio.Task[None] | None = None
         self.moved_sessions = 0
+        self._version = 0  # weight updates through this router
+        self._synced = [0] * len(replicas)  # the router version each replica serves
+        self._offset = [0] * len(replicas)  # router version - the replica's own version
+        self._pushes: dict[str, Push] = {}  # the latest update of each kind, replayed on a late replica
 
     async def start(self) -> None:
         results = await asyncio.gather(*(r.start() for r in self.replicas), return_exceptions=True)
@@ -58,6 +74,8 @@ class Router(Engine):
             if isinstance(res, BaseException):
                 log.warning("router: replica %s failed to start: %s", self.replicas[i].name, res)
                 self._alive[i] = False
+            else:
+                self._offset[i] = self._synced[i] - self.replicas[i].policy_version
         if not any(self._alive):
             raise EngineUnavailableError(f"no replica started: {[str(r) for r in results]}")
         if self._probe is None:
@@ -73,15 +91,14 @@ class Router(Engine):
 
     @property
     def policy_version(self) -> int:
-        versions = [r.policy_version for r, ok in zip(self.replicas, self._alive, strict=True) if ok]
-        return min(versions) if versions else 0
+        return self._version
 
     def stats(self) -> dict[str, Any]:
         return {
             "in_flight": sum(self._in_flight),
             "replicas": [
-                {"name": r.name, "alive": ok, "in_flight": n}
-                for r, ok, n in zip(self.replicas, self._alive, self._in_flight, strict=True)
+                {"name": r.name, "alive": ok, "in_flight": n, "policy_version": v}
+                for r, ok, n, v in zip(self.replicas, self._alive, self._in_flight, self._synced, strict=True)
             ],
             "sessions": len(self._sticky),
             "moved_sessions": self.moved_sessions,
@@ -158,24 +175,64 @@ class Router(Engine):
             finally:
                 self._in_flight[idx] -= 1
             completion.replica = completion.replica or replica.name
+            if offset := self._offset[idx]:
+                completion.policy_version += offset
+                completion.token_versions = [v + offset for v in completion.token_versions]
             return completion
         raise EngineUnavailableError(f"no replica could serve the request; last error: {last_error}")
 
     async def update_weights(self, weights: Mapping[str, torch.Tensor] | str | Path) -> int:
-        versions = await asyncio.gather(*(r.update_weights(weights) for r in self._live()))
-        return min(versions)
+        return await self.push("weights", lambda _, r: r.update_weights(weights))
 
     async def load_lora_adapter(self, path: str | Path) -> int:
-        return min(await asyncio.gather(*(r.load_lora_adapter(path) for r in self._live())))
+        return await self.push("adapter", lambda _, r: r.load_lora_adapter(path))
 
     async def unload_lora_adapter(self) -> int:
-        return min(await asyncio.gather(*(r.unload_lora_adapter() for r in self._live())))
+        return await self.push("adapter", lambda _, r: r.unload_lora_adapter())
 
-    def _live(self) -> list[Engine]:
-        """The replicas not taken out."""
-        return [r for r, ok in zip(self.replicas, self._alive, strict=True) if ok]
+    async def push(self, kind: str, update: Push) -> int:
+        """Apply one weight update (``kind``: ``weights`` or ``adapter``) to every live replica; those
+        that fail are taken out until a replay catches them up (module doc). The router's new version;
+        raises only when no replica took it."""
+        if kind not in _KINDS:
+            raise ValueError(f"unknown weight update kind {kind!r}; valid: {', '.join(_KINDS)}")
+        live = [i for i, ok in enumerate(self._alive) if ok]
+        if not live:
+            raise EngineUnavailableError("every engine replica is down: no replica can take the weights")
+        results = await asyncio.gather(*(update(i, self.replicas[i]) for i in live), return_exceptions=True)
+        if all(isinstance(r, BaseException) for r in results):
+            failures = "; ".join(f"{self.replicas[i].name}: {r}" for i, r in zip(live, results, strict=True))
+            first = results[0]
+            raise EngineUnavailableError(f"no engine replica took the update: {failures}") from (
+                first if isinstance(first, BaseException) else None
+            )
+        self._version += 1
+        self._pushes[kind] = update
+        for i, res in zip(live, results, strict=True):
+            if isinstance(res, BaseException):
+                self._take_out(i, res)
+            else:
+                self._synced[i] = self._version
+                self._offset[i] = self._version - res
+        return self._version
 
-    def _take_out(self, idx: int, exc: Exception) -> None:
+    async def _catch_up(self, idx: int) -> bool:
+        """Replay the latest updates on a replica that missed some; whether it now serves them."""
+        target = self._version
+        replica = self.replicas[idx]
+        version = replica.policy_version
+        try:
+            for kind in _KINDS:
+                if (update := self._pushes.get(kind)) is not None:
+                    version = await update(idx, replica)
+        except Exception as exc:  # it stays out; the next probe tries again
+            log.warning("router: replica %s could not catch up with the weights: %s", replica.name, exc)
+            return False
+        self._synced[idx] = target
+        self._offset[idx] = target - version
+        return target == self._version
+
+    def _take_out(self, idx: int, exc: BaseException) -> None:
         if self._alive[idx]:
             log.warning("router: taking replica %s out: %s", self.replicas[idx].name, exc)
         self._alive[idx] = False
@@ -188,6 +245,9 @@ class Router(Engine):
         while True:
             await asyncio.sleep(self.probe_interval_s)
             for idx, replica in enumerate(self.replicas):
-                if not self._alive[idx] and await replica.healthy():
-                    log.info("router: replica %s is back", replica.name)
-                    self._alive[idx] = True
+                if self._alive[idx] or not await replica.healthy():
+                    continue
+                if self._synced[idx] < self._version and not await self._catch_up(idx):
+                    continue
+                log.info("router: replica %s is back", replica.name)
+                self._alive[idx] = True

@@ -80,6 +80,7 @@ class ScriptedEngine(Engine):
             end = tokenizer.convert_tokens_to_ids(end_token)
             self.end_id = int(end) if end is not None else None
         self.dead = False
+        self.weights: Mapping[str, Any] | str | Path | None = None  # the last update_weights took
         self.calls: list[ScriptedCall] = []
         self.running = 0
         self._per_session_calls: dict[str, int] = {}
@@ -102,7 +103,10 @@ class ScriptedEngine(Engine):
         return {"requests": len(self.calls), "in_flight": self.running}
 
     async def update_weights(self, weights: Mapping[str, Any] | str | Path) -> int:
+        if self.dead:
+            raise EngineUnavailableError(f"engine {self.name} is not available")
         self.version += 1
+        self.weights = weights
         return self.version
 
     async def generate(

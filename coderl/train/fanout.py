@@ -3,21 +3,15 @@
 
 from __future__ import annotations
 
-import asyncio
-import logging
 from pathlib import Path
-from typing import Any
 
 from coderl.cluster.engines import RayEngines
 from coderl.cluster.ray_rollouts import import_ray
 from coderl.engine.base import Engine
-from coderl.engine.http_client import HTTPEngine
-from coderl.errors import ClusterError
+from coderl.errors import ClusterError, EngineUnavailableError
 from coderl.threads import in_own_thread
 from coderl.train.actor import Policy
 from coderl.train.sync import WeightSync, export_checkpoint
-
-log = logging.getLogger(__name__)
 
 
 class FanOutSync(WeightSync):
@@ -39,25 +33,20 @@ class FanOutSync(WeightSync):
             await in_own_thread(export_checkpoint, actor, self.engines.cfg.model, local)
         files = await in_own_thread(_read_folder, local)
         ref = import_ray().put(files)
+        launchers, clients = self.engines.launchers, self.engines.clients
 
-        async def one(launcher: Any, client: HTTPEngine) -> None:
-            path = await launcher.stage.remote(ref, kind, version)
-            if self.lora:
-                await client.load_lora_adapter(path)
-            else:
-                await client.update_weights(path)
+        async def one(idx: int, _: Engine) -> int:
+            # the replica's own node writes the folder; its server then loads it over HTTP. The router
+            # keeps this (and ``ref``) to replay on a replica that missed it before it serves again.
+            path = await launchers[idx].stage.remote(ref, kind, version)
+            client = clients[idx]
+            return await (client.load_lora_adapter(path) if self.lora else client.update_weights(path))
 
-        pairs = list(zip(self.engines.launchers, self.engines.clients, strict=True))
-        results = await asyncio.gather(*(one(x, c) for x, c in pairs), return_exceptions=True)
-        failed = [
-            f"{c.name}: {r}" for (_, c), r in zip(pairs, results, strict=True) if isinstance(r, BaseException)
-        ]
-        if len(failed) == len(pairs):
-            raise ClusterError(
-                f"no engine replica took the weights of version {version}: {'; '.join(failed)}"
-            )
-        for failure in failed:
-            log.warning("engine replica missed the weights of version %d: %s", version, failure)
+        assert self.engines.router is not None, "the engine replicas are not started"
+        try:
+            await self.engines.router.push("adapter" if self.lora else "weights", one)
+        except EngineUnavailableError as exc:
+            raise ClusterError(f"no engine replica took the weights of version {version}: {exc}") from exc
 
 
 def _read_folder(folder: Path) -> dict[str, bytes]:
