@@ -84,11 +84,13 @@ def main(work: Path) -> dict[str, Any]:
         workers = kill_a_busy_worker(run, time.monotonic() + 400)
         code = run.wait(timeout=500)
         log.close()
-        # coderl eval on the same cluster: graded on the workers, stored by the driver
+        # coderl eval on the same cluster, sampling from a launched replica: graded on the workers, stored
+        # by the driver
         evaluated = subprocess.run(
             [sys.executable, "-m", "coderl", "eval", "tasks.source=bundled:strkit-001,collkit-002",
              "rollout.agent=single_turn", "rollout.tools=null", "rollout.max_tokens=8", "cluster.backend=ray",
-             f"cluster.address={cluster.address}", f"run.dir={work / 'eval'}"],
+             "cluster.engine_replicas=1", "cluster.engine_cpus=0", f"cluster.address={cluster.address}",
+             f"run.dir={work / 'eval'}"],
             capture_output=True, text=True, timeout=300,
         )  # fmt: skip
         # more workers than the cluster holds: a clear error, not a hang

@@ -55,6 +55,7 @@ def test_train_and_eval_on_a_two_node_ray_cluster_lose_no_rollout_when_a_worker_
     report = json.loads((tmp_path / "eval" / "report.json").read_text())
     assert report["total_instances"] == 2 and len(read_trajectories(tmp_path / "eval")) == 2
     assert "rollout workers (Ray namespace" in got["eval_log"]
+    assert "engine replicas (coderl): http://" in got["eval_log"]  # eval sampled from a launched server
     # a cluster too small for the workers asked for: a clear error naming what it has, not a hang
     assert "cannot hold 3 rollout workers" in got["too_many"] and "second_node" in got["too_many"]
 

@@ -12,7 +12,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from coderl.chat import ChatFormat
 from coderl.cli.common import config_from_args
-from coderl.cluster.ray_rollouts import RayRollouts
+from coderl.cluster.engines import RayEngines
+from coderl.cluster.ray_rollouts import RayRollouts, connect, import_ray
 from coderl.config import Config
 from coderl.engine import create_engine
 from coderl.rollout.context import ContextFactory
@@ -74,15 +75,28 @@ async def _run(cfg: Config, command: str, grade: bool) -> list[RolloutResult]:
     console = Console(stderr=True)
     tasks = load_tasks(cfg.tasks.source)
     run_dir = create_run_dir(cfg, command)
-    engine = create_engine(cfg.engine, cfg.model, seed=cfg.run.seed)
-    with console.status("starting the engine"):
-        await engine.start()
+    remote = RayRollouts(cfg, grade=grade) if cfg.cluster.backend == "ray" else None
+    replicas: RayEngines | None = None  # cluster.engine_replicas: servers launched on the Ray cluster
+    ray_started = False
+    if remote is not None and cfg.cluster.engine_replicas:
+        ray_started = connect(cfg.cluster, remote.namespace)
+        replicas = RayEngines(cfg, remote.namespace)
+        try:
+            with console.status(f"launching {cfg.cluster.engine_replicas} engine replica(s) on the Ray cluster"):
+                engine = await replicas.start()
+        except BaseException:
+            await _leave_cluster(replicas, ray_started)
+            raise
+        console.print(f"engine replicas ({cfg.cluster.engine_server}): {', '.join(replicas.urls)}")
+    else:
+        engine = create_engine(cfg.engine, cfg.model, seed=cfg.run.seed)
+        with console.status("starting the engine"):
+            await engine.start()
     chat = ChatFormat.for_model(cfg.model)
     contexts = ContextFactory(cfg.rollout, cfg.sandbox, chat)
     settings = RolloutSettings.from_config(cfg.rollout, cfg.tasks, grade=grade)
     groups = task_groups(tasks, cfg.rollout.group_size)
     store = TrajectoryStore(run_dir)
-    remote = RayRollouts(cfg, grade=grade) if cfg.cluster.backend == "ray" else None
     try:
         if remote is not None:
             with console.status("placing the rollout workers on the Ray cluster"):
@@ -114,6 +128,8 @@ async def _run(cfg: Config, command: str, grade: bool) -> list[RolloutResult]:
             await remote.stop()
         store.close()
         await engine.stop()
+        if replicas is not None:
+            await _leave_cluster(replicas, ray_started)
     if grade:
         report = build_report(
             [r.report_row() for r in results], {t.id: t.tier for t in tasks}, cfg.rollout.pass_k
@@ -126,3 +142,10 @@ async def _run(cfg: Config, command: str, grade: bool) -> list[RolloutResult]:
     else:
         console.print(f"{len(results)} trajectories in {run_dir / 'trajectories'}")
     return results
+
+
+async def _leave_cluster(replicas: RayEngines, ray_started: bool) -> None:
+    """Stop the launched engine replicas, and the local Ray cluster if this command started it."""
+    await replicas.stop()
+    if ray_started:
+        import_ray().shutdown()
