@@ -80,6 +80,28 @@ async def test_the_producer_keeps_ahead_groups_in_flight_and_hands_them_out_as_t
     assert producer.in_flight == 0
 
 
+async def test_pending_names_the_tasks_drawn_and_not_taken_for_a_checkpoint() -> None:
+    rolls = Rolls()
+
+    def draw(n: int) -> list[RolloutGroup]:  # group gK of task tK
+        groups = [
+            RolloutGroup(Task(id=f"t{k}", instruction="", repo=Path("."), fail_to_pass=[], pass_to_pass=[]), f"g{k}", 1)
+            for k in range(rolls.drawn, rolls.drawn + n)
+        ]
+        rolls.drawn += n
+        return groups
+
+    producer = RolloutProducer(draw, rolls.roll, ahead=3)
+    producer.start()
+    assert producer.pending() == ["t0", "t1", "t2"]
+    rolls.finish("g1")
+    await producer.take(1)  # g1 is trained on; g0 and g2 still roll out, g3 took g1's place
+    rolls.finish("g2")
+    await asyncio.sleep(0)  # g2 finished and waits to be taken: still pending
+    assert producer.pending() == ["t0", "t2", "t3"]
+    await producer.stop()
+
+
 async def test_an_exception_out_of_a_roll_reaches_the_trainer() -> None:
     rolls = Rolls()
     names = iter(["boom"])

@@ -63,6 +63,20 @@ def test_none_is_a_resumable_cycle() -> None:
     assert [t.id for t in resumed.draw(1)] == ["t1"]
 
 
+def test_a_resumed_run_draws_first_the_tasks_it_had_drawn_and_not_trained_on() -> None:
+    tasks = _tasks(4)
+    cur = Curriculum(tasks, "none", {}, seed=0)
+    cur.draw(3)  # t0 t1 t2 drawn; t1 and t2 were still rolling out at the checkpoint
+    state = cur.state(redraw=["t1", "t2", "gone"])
+    resumed = Curriculum(tasks[:3], "none", {}, seed=0)  # "gone" (and t3) no longer trained on
+    resumed.load(state)
+    assert [t.id for t in resumed.draw(2)] == ["t1", "t2"]
+    assert [t.id for t in resumed.draw(2)] == ["t0", "t1"]  # then the cycle where it was (cursor 3 of 3)
+    edge = Curriculum(tasks, "edge", {}, seed=0)
+    edge.load({"redraw": ["t3"]})
+    assert edge.draw(2)[0].id == "t3"
+
+
 @pytest.mark.slow
 def test_coderl_tasks_calibrate_saves_estimates_the_trainer_reads(tmp_path: Path) -> None:
     from coderl.cli.main import main

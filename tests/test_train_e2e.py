@@ -232,3 +232,6 @@ def test_async_training_never_trains_a_sample_older_than_max_staleness(tmp_path:
         behind = trained_at[t["step"]] - min(sampled)
         assert behind == t["lag"] and (behind <= 1) != t["stale"], t
     assert any(t["lag"] == 1 for t in trajs if not t["stale"])  # some were sampled while the actor trained
+    found = checkpoints.latest(run)
+    assert found is not None  # the group still rolling out at the end is drawn first on --resume
+    assert len(found[1]["curriculum"]["redraw"]) == 1  # tasks_per_step x max_staleness

@@ -6,6 +6,9 @@ keeps, per task, samples and passes — starting from ``coderl tasks calibrate``
 model and these rollout settings, then adding every training rollout — and draws first the tasks
 whose observed pass rate is strictly between 0 and 1, then tasks never tried, then the others (the
 ones nearest a rate of 1/2 first). Ties break by a seeded random order, so a run is reproducible.
+
+In either mode, tasks named in ``redraw`` come first: the tasks an asynchronous run had drawn and not
+yet trained on when it saved a checkpoint, so resuming it does not skip them.
 """
 
 from __future__ import annotations
@@ -29,9 +32,19 @@ class Curriculum:
         self.counts = {t.id: Estimate(e.samples, e.passed) for t in tasks if (e := estimates.get(t.id))}
         self.rng = random.Random(seed)
         self.cursor = 0  # the data position of the cycle (mode none)
+        self.redraw: list[str] = []  # task ids drawn before anything else (module doc)
 
     def draw(self, n: int) -> list[Task]:
-        """The next ``n`` tasks to roll out (a task appears at most once per draw in mode edge)."""
+        """The next ``n`` tasks to roll out (a task appears at most once per draw in mode edge, apart
+        from ``redraw``)."""
+        by_id = {t.id: t for t in self.tasks}
+        first = [by_id[tid] for tid in self.redraw[:n] if tid in by_id]  # a task no longer trained on: gone
+        self.redraw = self.redraw[n:]
+        return first + self._draw(n - len(first))
+
+    def _draw(self, n: int) -> list[Task]:
+        if n <= 0:
+            return []
         if self.mode == "none":
             picked = [self.tasks[(self.cursor + i) % len(self.tasks)] for i in range(n)]
             self.cursor += n
@@ -63,15 +76,18 @@ class Curriculum:
         at_edge = sum(1 for t in self.tasks if self._band(t)[0] == 0)
         return at_edge / max(len(self.tasks), 1)
 
-    def state(self) -> dict[str, Any]:
+    def state(self, redraw: list[str] | None = None) -> dict[str, Any]:
+        """What a checkpoint keeps; ``redraw``: the tasks drawn and not yet trained on (module doc)."""
         return {
             "cursor": self.cursor,
+            "redraw": [*(redraw or []), *self.redraw],
             "counts": {tid: [e.samples, e.passed] for tid, e in self.counts.items()},
             "rng": self.rng.getstate(),
         }
 
     def load(self, state: dict[str, Any]) -> None:
         self.cursor = int(state.get("cursor", 0))
+        self.redraw = [str(tid) for tid in state.get("redraw", [])]
         self.counts = {tid: Estimate(int(s), int(p)) for tid, (s, p) in state.get("counts", {}).items()}
         if "rng" in state:
             rng = state["rng"]

@@ -527,7 +527,8 @@ class Trainer:
         assert self.curriculum is not None
         state = {
             "step": step,
-            "curriculum": self.curriculum.state(),
+            # async: the groups still rolling out die with the run; a resumed run draws their tasks first
+            "curriculum": self.curriculum.state(self.producer.pending() if self.producer is not None else None),
             "policy_version": self.version,
             "row": row,
         }

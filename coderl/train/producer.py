@@ -5,7 +5,9 @@ groups, as many fresh ones are drawn and started, so the engine samples the next
 the actor trains on this one's. With ``ahead = train.tasks_per_step x train.max_staleness`` a group
 started just before an update is taken about ``max_staleness`` updates later, so its oldest tokens are
 that many versions behind; groups that finish out of order can be older, and the trainer drops those
-(:func:`stale_groups`). Finished groups wait in completion order. A failing rollout is data (recorded by
+(:func:`stale_groups`). Finished groups wait in completion order. :meth:`RolloutProducer.pending`
+names the tasks of the groups drawn and not yet taken, which a checkpoint keeps so a resumed run draws
+them again (their rollouts die with the run). A failing rollout is data (recorded by
 :func:`coderl.rollout.runner.run_rollouts`); an exception out of ``roll`` itself is a bug, raised by
 the next :meth:`RolloutProducer.take`.
 """
@@ -41,6 +43,7 @@ class RolloutProducer:
         self.ahead = ahead
         self._running: set[asyncio.Task[Group]] = set()
         self._finished: asyncio.Queue[Group | BaseException] = asyncio.Queue()
+        self._untaken: dict[str, str] = {}  # group id -> task id, for every group drawn and not taken
         self.waited_s = 0.0
         """Seconds :meth:`take` spent waiting for groups to finish (the trainer idle)."""
 
@@ -55,6 +58,7 @@ class RolloutProducer:
         if n <= 0:
             return
         for group in self._draw(n):
+            self._untaken[group.group_id] = group.task.id
             task = asyncio.create_task(self._roll(group), name=f"rollout {group.group_id}")
             self._running.add(task)
             task.add_done_callback(self._done)
@@ -76,10 +80,17 @@ class RolloutProducer:
             got = await self._finished.get()
             if isinstance(got, BaseException):
                 raise got
+            for r in got:
+                self._untaken.pop(r.trajectory.group_id, None)
             out.append(got)
         self.waited_s += time.perf_counter() - began
         self._launch(self.ahead - len(self._running) - self._finished.qsize())
         return out
+
+    def pending(self) -> list[str]:
+        """The task of every group drawn and not yet taken (rolling out, or finished and waiting), in
+        the order they were drawn."""
+        return list(self._untaken.values())
 
     async def stop(self) -> None:
         """Cancel what is still rolling out (its sandboxes are torn down by the loops' own clean-up)."""
