@@ -4,10 +4,13 @@ tests/test_cluster_ray.py with a Python that has Ray):
     python -m tests.ray_cluster_check WORKDIR
 
 Starts a head node and a second node (each a raylet process with one CPU and a resource of its own),
-runs ``coderl train`` in a process of its own with two rollout workers placed one per node and its
-engine launched as a server by an engine replica actor (``coderl engine serve``), kills one
-worker while it is rolling out (after it has finished at least one rollout), waits for the run, then
-runs ``coderl eval`` there, and asks the cluster for more workers than it can hold. Prints a JSON summary for the test to check.
+first checks that the actor sharded over two Ray rank actors, one per node, updates as the one-process
+actor does and writes a checkpoint the one-process actor resumes from; then runs ``coderl train`` in a
+process of its own with two rollout workers and two actor ranks, each placed one per node, and its
+engine launched as a server by an engine replica actor (``coderl engine serve``), kills one worker
+while it is rolling out (after it has finished at least one rollout), waits for the run, then runs
+``coderl eval`` there, and asks the cluster for more workers than it can hold. Prints a JSON summary
+for the test to check.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from typing import Any
 import ray
 from ray.cluster_utils import Cluster
 
+from coderl.cluster.config import ClusterConfig
 from coderl.cluster.ray_rollouts import RayRollouts
 from coderl.config import load_config
 from coderl.engine.scripted import ScriptedEngine
@@ -34,8 +38,55 @@ TRAIN = [
     "rollout.tools=null", "rollout.max_tokens=24",
     "rollout.max_sandboxes=1", "cluster.backend=ray", "cluster.rollout_workers=2",
     "cluster.placement=STRICT_SPREAD", "cluster.namespace=coderl-check", "cluster.engine_replicas=1",
-    "cluster.engine_cpus=0",
+    "cluster.engine_cpus=0", "cluster.actor=ray", "actor.ranks=2", "cluster.actor_cpus=0",
+    "cluster.actor_resources={rank_slot: 1}", "cluster.actor_placement=STRICT_SPREAD",
 ]  # fmt: skip
+RANKS = ClusterConfig(
+    backend="ray", actor="ray", actor_cpus=0, actor_resources={"rank_slot": 1}, actor_placement="STRICT_SPREAD"
+)
+
+
+def ranks_on_two_nodes(work: Path) -> dict[str, Any]:
+    """One GRPO update by two Ray rank actors (one per node) against the one-process actor's, on the
+    batch tests/test_sharded_actor.py uses; then a checkpoint written through Ray, resumed on one."""
+    from coderl.checkpoint import load_tokenizer, resolve_checkpoint
+    from coderl.rl import AlgoConfig
+    from coderl.train.actor import Actor
+    from coderl.train.config import ActorConfig
+    from coderl.train.ranks import ShardedActor
+    from tests.test_sharded_actor import _step, _trajectories, _weights
+
+    checkpoint = resolve_checkpoint()
+    trajs = _trajectories(load_tokenizer(checkpoint))
+    algo = AlgoConfig(advantage="grpo")
+    cfg = ActorConfig(device="cpu", lr=1e-5, micro_batch_tokens=40, seed=0)
+    one = Actor(cfg, checkpoint)
+    one.setup()
+    two = ShardedActor(cfg.model_copy(update={"ranks": 2}), checkpoint, cluster=RANKS)
+    two.setup()
+    try:
+        where = two.describe()
+        stats_one, _ = _step(one, trajs, algo)
+        stats_two, _ = _step(two, trajs, algo)
+        w1, w2 = _weights(one), _weights(two)
+        two.save(work / "ckpt")
+        resumed = Actor(cfg, checkpoint)
+        resumed.load(work / "ckpt")
+        w3 = _weights(resumed)
+        two.load(work / "ckpt")  # back onto the ranks, through the object store
+        w4 = _weights(two)
+        return {
+            "ranks": where,
+            "nodes": sorted({str(w["node"]) for w in two._ranks.where}),
+            "loss": [stats_one["loss"], stats_two["loss"]],
+            "update_diff": max(float((w1[k] - w2[k]).abs().max()) for k in w1),
+            "resume_diff": max(float((w2[k] - w3[k]).abs().max()) for k in w2),
+            "reload_diff": max(float((w2[k] - w4[k]).abs().max()) for k in w2),
+            "resumed_step": resumed.step,
+        }
+    finally:
+        two.close()
+        one.close()
 
 
 def kill_a_busy_worker(run: subprocess.Popen[bytes], deadline: float) -> dict[str, Any]:
@@ -68,13 +119,14 @@ async def placement_error(rollouts: RayRollouts) -> str:
 def main(work: Path) -> dict[str, Any]:
     cluster = Cluster(
         initialize_head=True,
-        head_node_args={"num_cpus": 1, "resources": {"head_node": 1}, "include_dashboard": False},
+        head_node_args={"num_cpus": 1, "resources": {"head_node": 1, "rank_slot": 1}, "include_dashboard": False},
     )
-    cluster.add_node(num_cpus=1, resources={"second_node": 1})
+    cluster.add_node(num_cpus=1, resources={"second_node": 1, "rank_slot": 1})
     cluster.wait_for_nodes()
     try:
         ray.init(address=cluster.address, namespace="coderl-check", log_to_driver=False)
         nodes = len([n for n in ray.nodes() if n["Alive"]])
+        ranks = ranks_on_two_nodes(work)
         log = (work / "train.log").open("wb")
         run = subprocess.Popen(
             [sys.executable, "-m", "coderl", "train", *TRAIN, f"cluster.address={cluster.address}",
@@ -98,6 +150,7 @@ def main(work: Path) -> dict[str, Any]:
         too_many = asyncio.run(placement_error(RayRollouts(cfg)))
         return {
             "nodes": nodes,
+            "ranks": ranks,
             **workers,
             "train_exit": code,
             "eval_exit": evaluated.returncode,

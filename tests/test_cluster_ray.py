@@ -34,6 +34,10 @@ def test_train_and_eval_on_a_two_node_ray_cluster_lose_no_rollout_when_a_worker_
     got = json.loads(done.stdout.strip().splitlines()[-1])
     assert got["train_exit"] == 0, log[-3000:]
     assert got["nodes"] == 2 and got["killed"]["node"] != got["other"]["node"]  # one worker per node
+    ranks = got["ranks"]  # the actor on two Ray rank actors, one per node, updates as one process does
+    assert len(ranks["nodes"]) == 2, ranks
+    assert ranks["loss"][1] == pytest.approx(ranks["loss"][0], abs=1e-5) and ranks["update_diff"] < 1e-5, ranks
+    assert ranks["resume_diff"] == 0.0 and ranks["reload_diff"] == 0.0 and ranks["resumed_step"] == 1, ranks
     assert got["killed"]["finished"] >= 1 and got["killed"]["running"] >= 1  # killed mid-rollout
     run = tmp_path / "run"
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
@@ -50,6 +54,8 @@ def test_train_and_eval_on_a_two_node_ray_cluster_lose_no_rollout_when_a_worker_
         by_group.setdefault(t["group_id"], []).append(int(t["metrics"]["sample"]))
     assert sorted(sorted(s) for s in by_group.values()) == [[0, 1]] * 4
     assert "rollout worker 0 lost a rollout" in log and "engine replicas (coderl): http://" in log
+    assert "actor: 2 rank(s), gloo, Ray actors: rank 0 on node" in log  # the trainer's ranks on the cluster
+    assert (run / "checkpoints").is_dir() and any((run / "checkpoints").glob("*/actor/model/model.safetensors"))
     assert sorted({(t["step"], t["policy_version"]) for t in trajs}) == [(1, 0), (2, 1)]
     assert got["eval_exit"] == 0, got["eval_log"]
     report = json.loads((tmp_path / "eval" / "report.json").read_text())
@@ -109,3 +115,7 @@ def test_cluster_settings_are_checked() -> None:
         load_config(
             overrides=["cluster.backend=ray", "cluster.engine_replicas=1", "cluster.engine_server=vllm"]
         )
+    with pytest.raises(ConfigError, match=r"ranks on Ray train full weights"):
+        load_config(overrides=["cluster.backend=ray", "cluster.actor=ray", "actor.lora_rank=8"])
+    with pytest.raises(ConfigError, match=r"cluster\.actor_placement"):
+        load_config(overrides=["cluster.backend=ray", "cluster.actor=ray", "cluster.actor_placement=NEAR"])

@@ -129,6 +129,7 @@ def test_every_field_is_documented() -> None:
         (["rollout.agent=remote"], "rollout.remote_command"),  # the remote loop runs an agent program
         (["cluster.engine_replicas=1"], "cluster.engine_replicas"),  # replicas are Ray actors
         (["cluster.backend=ray", "cluster.engine_replicas=1", "cluster.engine_server=vllm"], "cluster.engine_server"),
+        (["cluster.actor=ray"], "cluster.actor"),  # the ranks go on the Ray cluster the run joins
     ],
 )
 def test_rules_across_sections_fail_every_command_before_any_work(overrides: list[str], named: str) -> None:
@@ -145,6 +146,7 @@ def test_rules_across_sections_fail_every_command_before_any_work(overrides: lis
         "rollout.remote_command": ["rollout.remote_command=mini --yolo"],
         "cluster.engine_replicas": ["cluster.backend=ray"],
         "cluster.engine_server": ["actor.lora_rank=4"],  # vLLM takes LoRA adapters at run time
+        "cluster.actor": ["cluster.backend=ray"],
     }[named]
     load_config(overrides=[*overrides, *fixed])  # the way out the message names works
 

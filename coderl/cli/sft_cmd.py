@@ -13,6 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from coderl.config import Config, load_config
 from coderl.config.packaged import default_train_config
+from coderl.errors import ConfigError
 from coderl.rundir import create_run_dir
 
 if TYPE_CHECKING:
@@ -29,6 +30,11 @@ def run_sft(ns: argparse.Namespace) -> int:
     cfg = load_config(
         ns.config_path, ns.config_overrides, defaults=None if ns.config_path else default_train_config()
     )
+    if cfg.cluster.actor == "ray":
+        raise ConfigError(
+            "cluster.actor: got ray — coderl sft runs its ranks on this machine (actor.ranks); the warm start "
+            "on Ray ranks runs inside coderl train (sft.before_rl=true), set cluster.actor=local here"
+        )
     console = Console(stderr=True)
     run_dir = create_run_dir(cfg, "sft")
     t = cfg.train

@@ -1,6 +1,8 @@
-"""The ``cluster`` config section: where rollouts run. ``local`` (the default) runs agent loops and
-sandboxes in the trainer's own process; ``ray`` runs them in rollout workers, Ray actors placed on the
-nodes of a Ray cluster (:mod:`coderl.cluster.ray_rollouts`)."""
+"""The ``cluster`` config section: where rollouts, engines and the actor run. ``local`` (the default)
+runs agent loops and sandboxes in the trainer's own process; ``ray`` runs them in rollout workers, Ray
+actors placed on the nodes of a Ray cluster (:mod:`coderl.cluster.ray_rollouts`), can launch engine
+replicas there (:mod:`coderl.cluster.engines`) and place the actor's ranks there
+(:mod:`coderl.train.ray_ranks`)."""
 
 from __future__ import annotations
 
@@ -56,3 +58,17 @@ class ClusterConfig(Section):
     engine_host: str = "auto"
     """Address the rollout workers reach the trainer's engine at: auto = this node's IP as Ray sees it
     (127.0.0.1 when the cluster is local). The engine is served with a fresh API key per run."""
+    actor: Literal["local", "ray"] = "local"
+    """Where the actor's ranks (actor.ranks) run: local = processes on the trainer's machine; ray = Ray
+    actors, one placement-group bundle each (actor_cpus / actor_gpus / actor_resources, strategy
+    actor_placement), on any nodes of the cluster, in one torch.distributed group (gloo or NCCL).
+    Checkpoints and weights reach the trainer through Ray; each rank reads model.path on its own node."""
+    actor_cpus: float = Field(1.0, ge=0.0)
+    """CPUs each actor rank reserves (with cluster.actor=ray); its torch threads = this, at least 1."""
+    actor_gpus: float = Field(0.0, ge=0.0)
+    """GPUs each actor rank reserves (with cluster.actor=ray; 1 per rank for NCCL)."""
+    actor_resources: dict[str, float] = {}
+    """Custom Ray resources each actor rank reserves (e.g. {trainer_node: 1})."""
+    actor_placement: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = "PACK"
+    """Placement-group strategy of the actor ranks' bundles (PACK: as few nodes as fit, the collectives
+    stay close)."""

@@ -24,6 +24,7 @@ from pathlib import Path
 import httpx
 
 from coderl.checkpoint import resolve_checkpoint
+from coderl.cluster.files import write_files
 from coderl.config import Config
 from coderl.errors import ClusterError
 
@@ -122,10 +123,7 @@ class EngineLauncher:
         folder = self.dir / f"{kind}-v{version}"
         tmp = folder.with_name(folder.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
-        for rel, data in files.items():
-            path = tmp / rel
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(data)
+        write_files(tmp, files)
         shutil.rmtree(folder, ignore_errors=True)
         tmp.rename(folder)
         for old in self.dir.glob(f"{kind}-v*"):

@@ -98,6 +98,20 @@ def engine_replicas_need_ray(cfg: Config) -> str | None:
     return None
 
 
+def ray_actor_needs_ray(cfg: Config) -> str | None:
+    if cfg.cluster.actor == "ray" and cfg.cluster.backend != "ray":
+        return (
+            "cluster.actor: got ray with cluster.backend=local — the actor's ranks are placed on the Ray cluster "
+            "the run joins; set cluster.backend=ray (or cluster.actor=local for rank processes on this machine)"
+        )
+    if cfg.cluster.actor == "ray" and cfg.actor.lora_rank > 0:
+        return (
+            f"cluster.actor: got ray with actor.lora_rank={cfg.actor.lora_rank} — ranks on Ray train full weights "
+            "(FSDP2); set actor.lora_rank=0, or cluster.actor=local with actor.ranks=1 for LoRA"
+        )
+    return None
+
+
 def vllm_replicas_need_lora(cfg: Config) -> str | None:
     c = cfg.cluster
     if (
@@ -123,6 +137,7 @@ RULES: list[Callable[[Config], str | None]] = [
     remote_agent_needs_a_command,
     sft_before_rl_needs_data,
     engine_replicas_need_ray,
+    ray_actor_needs_ray,
     vllm_replicas_need_lora,
 ]
 

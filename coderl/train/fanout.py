@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from coderl.cluster.engines import RayEngines
+from coderl.cluster.files import read_files
 from coderl.cluster.ray_rollouts import import_ray
 from coderl.engine.base import Engine
 from coderl.errors import ClusterError, EngineUnavailableError
@@ -31,7 +32,7 @@ class FanOutSync(WeightSync):
             await in_own_thread(actor.save_adapter, local)
         else:
             await in_own_thread(export_checkpoint, actor, self.engines.cfg.model, local)
-        files = await in_own_thread(_read_folder, local)
+        files = await in_own_thread(read_files, local)
         ref = import_ray().put(files)
         launchers, clients = self.engines.launchers, self.engines.clients
 
@@ -47,7 +48,3 @@ class FanOutSync(WeightSync):
             await self.engines.router.push("adapter" if self.lora else "weights", one)
         except EngineUnavailableError as exc:
             raise ClusterError(f"no engine replica took the weights of version {version}: {exc}") from exc
-
-
-def _read_folder(folder: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}

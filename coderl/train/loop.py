@@ -65,7 +65,7 @@ from coderl.train.ledger import SampledLedger
 from coderl.train.loggers import MetricSinks
 from coderl.train.metrics import StageTimer, rollout_metrics, run_summary, summary_line
 from coderl.train.producer import Group, RolloutProducer, lag, lag_counts, stale_groups
-from coderl.train.ranks import build_actor
+from coderl.train.ranks import ShardedActor, build_actor
 from coderl.train.report import write_report
 from coderl.train.sft import build_demos, check_demos, check_gold_kinds, train_sft
 from coderl.train.sync import WeightSync, choose_sync
@@ -90,6 +90,7 @@ class Trainer:
             cfg.model.path,
             cfg.model.cache_dir,
             value_head=cfg.algo.advantage == "gae",
+            cluster=cfg.cluster,
         )
         self.weight_sync: WeightSync = choose_sync(cfg.train, cfg.engine, cfg.actor, cfg.model, run_dir)
         self.settings = RolloutSettings.from_config(cfg.rollout, cfg.tasks)
@@ -123,8 +124,13 @@ class Trainer:
         key, _ = setting_key(cfg.model, cfg.rollout)
         estimates = load_estimates(cfg.train.tasks, key) if cfg.train.curriculum != "none" else {}
         self.curriculum = Curriculum(self.tasks, cfg.train.curriculum, estimates, cfg.run.seed)
+        if cfg.cluster.backend == "ray":  # joined first: the actor's ranks may be Ray actors too
+            self.remote = RayRollouts(cfg)
+            self._ray_started = connect(cfg.cluster, self.remote.namespace)
         with self.console.status("loading the policy (actor) and starting the engine"):
             await in_own_thread(self.actor.setup)
+            if isinstance(self.actor, ShardedActor) and self.actor.on_ray:
+                self.console.print(self.actor.describe())
             self.engine = await self._start_engine()
         chat = ChatFormat.for_model(cfg.model)
         self.contexts = ContextFactory(cfg.rollout, cfg.sandbox, chat)
@@ -162,9 +168,7 @@ class Trainer:
         ``cluster.engine_replicas``) servers launched on the Ray cluster behind a router, whose weights
         are then fanned out through Ray (:class:`~coderl.train.fanout.FanOutSync`)."""
         cfg = self.cfg
-        if cfg.cluster.backend == "ray":
-            self.remote = RayRollouts(cfg)
-            self._ray_started = connect(cfg.cluster, self.remote.namespace)
+        if self.remote is not None:
             if cfg.cluster.engine_replicas and self._given_engine is None:
                 self.replicas = RayEngines(cfg, self.remote.namespace)
                 engine = await self.replicas.start()

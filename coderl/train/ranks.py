@@ -1,13 +1,15 @@
 """The sharded actor: the policy trained on N rank processes with torch FSDP2 (``actor.ranks: N``).
 
 :class:`ShardedActor` has the :class:`~coderl.train.actor.Actor` interface the trainer uses and runs
-none of the model itself: it starts N processes on this machine (``torch.multiprocessing``, spawn),
-which form a torch.distributed group over loopback (gloo on CPU, NCCL on GPUs, one GPU per rank) and
-each build an :class:`Actor` sharded with FSDP2 (:mod:`coderl.train.fsdp`). Every call goes to every
+none of the model itself: it starts N rank processes — on this machine (:class:`ProcessRanks`,
+``torch.multiprocessing`` spawn, a group over loopback) or as Ray actors on a cluster's nodes
+(``cluster.actor=ray``: :class:`coderl.train.ray_ranks.RayRanks`) — which form a torch.distributed
+group (gloo on CPU, NCCL on GPUs, one GPU per rank) and each build an :class:`Actor` sharded with FSDP2
+(:mod:`coderl.train.fsdp`). Every call goes to every
 rank; each forwards every N-th micro-batch of the batch (packing and prefix sharing as on one rank),
 gradients are summed over ranks, so one update equals the 1-rank update up to float rounding.
 
-What crosses the pipes is ``torch.save``-d: batches (token ids), the loss function (it must pickle: a
+What crosses the pipes (or Ray) is ``torch.save``-d (pickled): batches (token ids), the loss function (it must pickle: a
 module-level class such as :class:`coderl.train.batch.BatchLoss`), and results — scores by sequence,
 metrics, and the whole weights (gathered once on rank 0) for the engine. A loss function with a
 ``metric_state`` / ``merge_states`` pair (as :class:`~coderl.train.batch.BatchLoss` has) gets every
@@ -27,6 +29,7 @@ from typing import Any
 
 import torch
 
+from coderl.cluster.config import ClusterConfig
 from coderl.errors import ConfigError, ModelError
 from coderl.train.actor import Actor, LossFn, Policy, Scored
 from coderl.train.config import ActorConfig
@@ -47,10 +50,10 @@ def _recv(conn: Any) -> Any:
     return torch.load(io.BytesIO(conn.recv_bytes()), map_location="cpu", weights_only=False)
 
 
-def free_port() -> int:
-    """A TCP port on loopback nobody listens on now (the process group's rendezvous)."""
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port on ``host`` nobody listens on now (the process group's rendezvous)."""
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((host, 0))
         return int(s.getsockname()[1])
 
 
@@ -62,14 +65,15 @@ def backend_for(cfg: ActorConfig) -> str:
     return "nccl" if cuda else "gloo"
 
 
-def check_ranks(cfg: ActorConfig) -> None:
-    """Refuse a rank count this machine cannot run before any process starts."""
+def check_ranks(cfg: ActorConfig, local: bool = True) -> None:
+    """Refuse a rank count this machine (``local``; else the Ray cluster, which checks its own GPUs at
+    placement) cannot run before any process starts."""
     if cfg.lora_rank > 0:
         raise ConfigError(f"actor.ranks={cfg.ranks} with actor.lora_rank={cfg.lora_rank}: the sharded actor trains full weights only")
     backend = backend_for(cfg)
     if backend == "nccl":
         gpus = torch.cuda.device_count()
-        if cfg.ranks > gpus:
+        if local and cfg.ranks > gpus:
             raise ConfigError(f"actor.ranks={cfg.ranks} needs a GPU per rank with nccl; this machine has {gpus}")
         if cfg.device == "cpu":
             raise ConfigError("actor.dist_backend=nccl needs actor.device=cuda (gloo trains on cpu)")
@@ -88,23 +92,11 @@ def _rank_main(
     """One rank: join the group, build a sharded Actor, then run the driver's calls until told to stop."""
     import torch.distributed as dist
 
-    from coderl.train.actor import Actor
-
-    threads = max(1, (os.cpu_count() or 1) // world)
-    torch.set_num_threads(threads)
-    backend = backend_for(cfg)
-    if backend == "nccl":
-        torch.cuda.set_device(rank)
     try:
-        dist.init_process_group(
-            backend,
-            init_method=f"tcp://127.0.0.1:{port}",
-            rank=rank,
-            world_size=world,
-            timeout=timedelta(seconds=START_TIMEOUT_S),
-        )
-        actor = Actor(cfg, model_path, cache_dir, value_head=value_head, sharded=True)
-        actor.setup()
+        actor = start_rank(
+            cfg, rank, world, f"tcp://127.0.0.1:{port}", model_path, cache_dir, value_head,
+            threads=max(1, (os.cpu_count() or 1) // world), gpu=rank,
+        )  # fmt: skip
         _send(conn, ("ok", None))
     except BaseException as exc:
         _send(conn, ("error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
@@ -117,7 +109,7 @@ def _rank_main(
         if method == "stop":
             break
         try:
-            result = _run(actor, method, args, kwargs)
+            result = run_call(actor, method, args, kwargs)
             _send(conn, ("ok", result))
         except BaseException as exc:
             _send(conn, ("error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
@@ -125,7 +117,34 @@ def _rank_main(
         dist.destroy_process_group()
 
 
-def _run(actor: Any, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def start_rank(
+    cfg: ActorConfig,
+    rank: int,
+    world: int,
+    init_method: str,
+    model_path: Path | None,
+    cache_dir: Path | None,
+    value_head: bool,
+    threads: int,
+    gpu: int,
+) -> Actor:
+    """Join the process group at ``init_method`` as ``rank`` of ``world`` and build this rank's sharded
+    :class:`Actor` (``gpu``: the CUDA device it uses with NCCL)."""
+    import torch.distributed as dist
+
+    torch.set_num_threads(threads)
+    backend = backend_for(cfg)
+    if backend == "nccl":
+        torch.cuda.set_device(gpu)
+    dist.init_process_group(
+        backend, init_method=init_method, rank=rank, world_size=world, timeout=timedelta(seconds=START_TIMEOUT_S)
+    )
+    actor = Actor(cfg, model_path, cache_dir, value_head=value_head, sharded=True)
+    actor.setup()
+    return actor
+
+
+def run_call(actor: Any, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     if method == "train_step":
         loss_fn = args[3]
         metrics = actor.train_step(*args, **kwargs)
@@ -139,41 +158,25 @@ def _sync_only(actor: Any) -> None:
     actor.state_dict_for_engine()  # the gather is a collective: the other ranks take part, return nothing
 
 
-class ShardedActor:
-    """The actor on ``cfg.ranks`` processes (module doc); same calls as :class:`Actor`."""
+class ProcessRanks:
+    """The ranks as processes on this machine, each talking to the driver over a pipe."""
 
-    def __init__(
-        self,
-        cfg: ActorConfig,
-        model_path: Path | None = None,
-        cache_dir: Path | None = None,
-        value_head: bool = False,
-    ) -> None:
-        if cfg.ranks < 2:
-            raise ConfigError(f"ShardedActor needs actor.ranks >= 2, got {cfg.ranks}; use Actor for one rank")
+    def __init__(self, cfg: ActorConfig, model_path: Path | None, cache_dir: Path | None, value_head: bool) -> None:
         self.cfg = cfg
         self.model_path = model_path
         self.cache_dir = cache_dir
-        self.with_value_head = value_head
-        self._step = 0
+        self.value_head = value_head
         self._procs: list[Any] = []
         self._conns: list[Any] = []
 
-    @property
-    def step(self) -> int:
-        """Optimizer steps taken (the policy version)."""
-        return self._step
-
-    def setup(self) -> None:
+    def start(self) -> None:
         """Start the ranks; each loads the model and shards it. Raises the first rank's error."""
-        if self._procs:
-            return
         check_ranks(self.cfg)
         ctx = torch.multiprocessing.get_context("spawn")
         port = free_port()
         for rank in range(self.cfg.ranks):
             ours, theirs = ctx.Pipe()
-            args = (rank, self.cfg.ranks, port, self.cfg, self.model_path, self.cache_dir, self.with_value_head, theirs)
+            args = (rank, self.cfg.ranks, port, self.cfg, self.model_path, self.cache_dir, self.value_head, theirs)
             proc = ctx.Process(target=_rank_main, args=args, daemon=True, name=f"coderl-actor-rank{rank}")
             proc.start()
             theirs.close()
@@ -184,7 +187,6 @@ class ShardedActor:
         except BaseException:
             self.close()
             raise
-        log.info("actor: sharded over %d ranks (%s)", self.cfg.ranks, backend_for(self.cfg))
 
     def _collect(self) -> list[Any]:
         results: list[Any] = []
@@ -202,12 +204,86 @@ class ShardedActor:
             raise ModelError("sharded actor: " + "\n".join(errors))
         return results
 
-    def _call(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
-        if not self._conns:
-            raise ModelError("the actor is not set up; call actor.setup() first")
+    def call(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
+        """Every rank runs ``method``; their results in rank order."""
         for conn in self._conns:
             _send(conn, (method, args, kwargs))
         return self._collect()
+
+    def save(self, folder: Path) -> None:
+        self.call("save", (folder,), {})  # rank 0 writes: this machine's disk
+
+    def load(self, folder: Path) -> None:
+        self.call("load", (folder,), {})
+
+    def close(self) -> None:
+        for conn in self._conns:
+            try:
+                _send(conn, ("stop", (), {}))
+            except (OSError, ValueError):
+                pass
+        for proc in self._procs:
+            proc.join(timeout=30)
+            if proc.is_alive():
+                proc.kill()
+        self._procs, self._conns = [], []
+
+
+class ShardedActor:
+    """The actor on ``cfg.ranks`` processes (module doc); same calls as :class:`Actor`."""
+
+    def __init__(
+        self,
+        cfg: ActorConfig,
+        model_path: Path | None = None,
+        cache_dir: Path | None = None,
+        value_head: bool = False,
+        cluster: ClusterConfig | None = None,
+    ) -> None:
+        self.on_ray = cluster is not None and cluster.actor == "ray"
+        if cfg.ranks < 2 and not self.on_ray:
+            raise ConfigError(f"ShardedActor needs actor.ranks >= 2, got {cfg.ranks}; use Actor for one rank")
+        self.cfg = cfg
+        self.model_path = model_path
+        self.cache_dir = cache_dir
+        self.with_value_head = value_head
+        self.cluster = cluster
+        self._step = 0
+        self._ranks: Any = None  # ProcessRanks or RayRanks, once set up
+
+    @property
+    def step(self) -> int:
+        """Optimizer steps taken (the policy version)."""
+        return self._step
+
+    def setup(self) -> None:
+        """Start the ranks; each loads the model and shards it. Raises the first rank's error."""
+        if self._ranks is not None:
+            return
+        if self.on_ray:
+            from coderl.train.ray_ranks import RayRanks
+
+            assert self.cluster is not None
+            check_ranks(self.cfg, local=False)
+            ranks: Any = RayRanks(self.cfg, self.model_path, self.cache_dir, self.with_value_head, self.cluster)
+        else:
+            ranks = ProcessRanks(self.cfg, self.model_path, self.cache_dir, self.with_value_head)
+        ranks.start()
+        self._ranks = ranks
+        log.info("actor: sharded over %d ranks (%s)", self.cfg.ranks, ranks.describe() if self.on_ray else backend_for(self.cfg))
+
+    def describe(self) -> str:
+        """Where the ranks run, for the console."""
+        if self._ranks is None:
+            return "actor: not set up"
+        where = self._ranks.describe() if self.on_ray else "processes on this machine"
+        return f"actor: {self.cfg.ranks} rank(s), {backend_for(self.cfg)}, {where}"
+
+    def _call(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
+        if self._ranks is None:
+            raise ModelError("the actor is not set up; call actor.setup() first")
+        results: list[Any] = self._ranks.call(method, args, kwargs)
+        return results
 
     def reset_optimizer(self, lr: float | None = None) -> None:
         """A fresh AdamW and schedule on every rank (see :meth:`Actor.reset_optimizer`)."""
@@ -282,33 +358,34 @@ class ShardedActor:
         raise ConfigError("save_adapter needs a LoRA actor, and the sharded actor trains full weights")
 
     def save(self, folder: Path) -> None:
-        """:meth:`Actor.save` (rank 0 writes): a checkpoint any number of ranks resumes from."""
-        self._call("save", Path(folder))
+        """:meth:`Actor.save` (rank 0 writes; with Ray ranks, its files come back to write here): a
+        checkpoint any number of ranks resumes from."""
+        if self._ranks is None:
+            raise ModelError("the actor is not set up; call actor.setup() first")
+        self._ranks.save(Path(folder))
 
     def load(self, folder: Path) -> None:
         """:meth:`Actor.load` on every rank (sets the ranks up first if needed)."""
         self.setup()
-        self._call("load", Path(folder))
+        self._ranks.load(Path(folder))
         self._step = int(torch.load(Path(folder) / "state.pt", map_location="cpu")["step"])
 
     def close(self) -> None:
-        """Stop the rank processes."""
-        for conn in self._conns:
-            try:
-                _send(conn, ("stop", (), {}))
-            except (OSError, ValueError):
-                pass
-        for proc in self._procs:
-            proc.join(timeout=30)
-            if proc.is_alive():
-                proc.kill()
-        self._procs, self._conns = [], []
+        """Stop the ranks."""
+        if self._ranks is not None:
+            self._ranks.close()
+            self._ranks = None
 
 
 def build_actor(
-    cfg: ActorConfig, model_path: Path | None, cache_dir: Path | None, value_head: bool = False
+    cfg: ActorConfig,
+    model_path: Path | None,
+    cache_dir: Path | None,
+    value_head: bool = False,
+    cluster: ClusterConfig | None = None,
 ) -> Policy:
-    """The actor ``cfg`` asks for: in this process (``actor.ranks: 1``) or sharded over N ranks."""
-    if cfg.ranks > 1:
-        return ShardedActor(cfg, model_path, cache_dir, value_head=value_head)
+    """The actor ``cfg`` asks for: in this process (``actor.ranks: 1``), or sharded over N ranks — rank
+    processes on this machine, or Ray actors with ``cluster.actor=ray`` (then even one rank)."""
+    if cfg.ranks > 1 or (cluster is not None and cluster.actor == "ray"):
+        return ShardedActor(cfg, model_path, cache_dir, value_head=value_head, cluster=cluster)
     return Actor(cfg, model_path, cache_dir, value_head=value_head)
