@@ -53,7 +53,8 @@ def _finish(proc: subprocess.Popen[str], timeout: float = 600) -> str:
 def test_train_with_gae_killed_and_resumed_loses_nothing(tmp_path: Path) -> None:
     """PPO with a value head (GAE) here, so the resume must also bring the critic back."""
     run = tmp_path / "run"
-    heldout = ["train.val_tasks=", "train.val_size=2", "train.val_samples=2"]  # held out of the warm-up tier
+    # held out of the warm-up tier, and a second held-out set of another tier beside it
+    heldout = ["train.val_tasks=", "train.val_size=2", "train.val_samples=2", "train.val_also=bundled:strkit-001"]
     proc = _train(*SMALL, *heldout, "train.steps=2", "algo.advantage=gae", "algo.lam=0.95", f"run.dir={run}")
     deadline = time.monotonic() + 600
     while not (run / "checkpoints" / "step-000001" / "trainer.json").is_file():
@@ -74,6 +75,7 @@ def test_train_with_gae_killed_and_resumed_loses_nothing(tmp_path: Path) -> None
         lo, hi = held["val_pass_at_1_ci95"]
         assert 0 <= lo <= held["val_pass_at_1"] <= hi <= 1 and hi > 0
         assert held["val_tasks"] == 2 and held["val_samples"] == 2
+        assert held["val_also_tasks"] == 1 and held["val_also_s"] > 0 and "val_also_pass_at_1" in held
     assert "val_pass_at_1" not in rows[0] and start["policy_version"] == 0
     assert len(read_trajectories(run / "validation" / "step-000000")) == 4
     assert "held-out pass@1 (start -> end)" in out
@@ -172,7 +174,7 @@ def test_train_syncs_weights_into_an_http_engine_server(
         assert (run / "weights" / "adapter-v2" / "adapter_model.safetensors").is_file()
 
 
-def test_warm_start_then_rl_with_two_held_out_sets(tmp_path: Path) -> None:
+def test_warm_start_then_rl(tmp_path: Path) -> None:
     """The main job's chain on a small scale: validate (step 0) -> supervised warm start on gold
     demonstrations of the training tasks -> validate -> RL -> validate, on synthesised tasks."""
     # bugs in the function the issue calls, short enough that each demonstrated turn fits 120 tokens;
@@ -183,7 +185,7 @@ def test_warm_start_then_rl_with_two_held_out_sets(tmp_path: Path) -> None:
     out = _finish(
         _train(
             f"train.tasks={suite}", "train.val_tasks=", "train.val_size=1", "train.val_samples=1",
-            "train.val_also=bundled:collkit-001", "train.steps=1", "train.tasks_per_step=1", "train.group_size=2",
+            "train.steps=1", "train.tasks_per_step=1", "train.group_size=2",
             "rollout.max_tokens=120", "rollout.max_total_tokens=200", "sft.before_rl=true", f'sft.data=["gold:{suite}"]',
             "sft.lr=1e-4", "sft.epochs=4", "sft.batch_size=2", f"run.dir={run}",
         )
@@ -196,8 +198,8 @@ def test_warm_start_then_rl_with_two_held_out_sets(tmp_path: Path) -> None:
     assert (
         sources["held_out_skipped"] >= 1
     )  # the held-out task (and any fixing its function) never demonstrated
-    for row in (rows[0], rows[1], rows[2]):  # both held-out sets at every validation
-        assert row["val_tasks"] == 1 and row["val_also_tasks"] == 1 and row["val_s"] > 0 and row["val_also_s"] > 0
+    for row in (rows[0], rows[1], rows[2]):  # held out at every validation (a second set: the gae test)
+        assert row["val_tasks"] == 1 and row["val_s"] > 0
     assert rows[2]["policy_version"] == 2  # the warm start, then one RL update
     assert "held-out pass@1 (start -> end)" in out and "warm start:" in out
     assert (run / "sft.jsonl").is_file() and checkpoints.latest(run) is not None
