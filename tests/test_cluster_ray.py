@@ -119,3 +119,22 @@ def test_cluster_settings_are_checked() -> None:
         load_config(overrides=["cluster.backend=ray", "cluster.actor=ray", "actor.lora_rank=8"])
     with pytest.raises(ConfigError, match=r"cluster\.actor_placement"):
         load_config(overrides=["cluster.backend=ray", "cluster.actor=ray", "cluster.actor_placement=NEAR"])
+
+
+def test_a_cluster_address_nobody_answers_at_fails_at_once() -> None:
+    from coderl.cluster.ray_rollouts import _check_answers
+    from coderl.train.ranks import free_port
+
+    port = free_port()  # nothing listens there (Ray itself would retry for minutes)
+    with pytest.raises(ClusterError, match=rf"nothing answers at '127\.0\.0\.1:{port}'"):
+        _check_answers(f"127.0.0.1:{port}")
+    with pytest.raises(ClusterError, match=r"nothing answers at 'ray://127\.0\.0\.1"):
+        _check_answers(f"ray://127.0.0.1:{port}")
+    with pytest.raises(ClusterError, match=r"got 'headnode'; give a head's host:port"):
+        _check_answers("headnode")
+    import socket
+
+    with socket.socket() as server:  # something listening: passes
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        _check_answers(f"127.0.0.1:{server.getsockname()[1]}")

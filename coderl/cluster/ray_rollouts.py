@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import logging
 import secrets
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -66,6 +67,7 @@ def connect(c: ClusterConfig, namespace: str) -> bool:
         except ConnectionError:
             ray.init(address="local", **local)
             return True
+    _check_answers(c.address)
     try:
         ray.init(address=c.address, **quiet)
     except (ConnectionError, ValueError) as exc:
@@ -74,6 +76,25 @@ def connect(c: ClusterConfig, namespace: str) -> bool:
             "host:port (ray start --head prints it), 'auto' or 'local'"
         ) from None
     return False
+
+
+def _check_answers(address: str, timeout_s: float = 5.0) -> None:
+    """Fail at once when nothing listens at a ``HOST:PORT`` (or ``ray://HOST:PORT``) address: Ray itself
+    would keep retrying for minutes."""
+    hostport = address.split("://", 1)[-1]
+    host, _, port = hostport.rpartition(":")
+    if not host or not port.isdigit():
+        raise ClusterError(
+            f"cluster.address: got {address!r}; give a head's host:port (ray start --head prints it), "
+            "ray://host:port, 'auto' or 'local'"
+        )
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        raise ClusterError(
+            f"cluster.address: nothing answers at {address!r} ({exc}); start the head there (ray start --head), "
+            "or give 'auto' / 'local' to start a cluster for this run"
+        ) from None
 
 
 class _Lent(BorrowedEngine):
