@@ -127,6 +127,17 @@ class Policy(Protocol):
     def close(self) -> None: ...
 
 
+def replace_folder(tmp: Path, folder: Path) -> None:
+    """Put the finished ``tmp`` folder in ``folder``'s place: a reader sees the old checkpoint or the new
+    one, never half of one (the old one moves aside first and goes once the new one is there)."""
+    old = folder.parent / f".{folder.name}.old"
+    shutil.rmtree(old, ignore_errors=True)
+    if folder.exists():
+        folder.rename(old)
+    tmp.rename(folder)
+    shutil.rmtree(old, ignore_errors=True)
+
+
 class Actor:
     """The trainable policy. Construction is cheap; :meth:`setup` loads the model."""
 
@@ -642,12 +653,7 @@ class Actor:
             rng["cuda"] = torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else None
         state = {"step": self._step, "scheduler": self.scheduler.state_dict(), "rng": rng}
         torch.save(state, tmp / "state.pt")
-        old = folder.parent / f".{folder.name}.old"
-        shutil.rmtree(old, ignore_errors=True)
-        if folder.exists():
-            folder.rename(old)
-        tmp.rename(folder)
-        shutil.rmtree(old, ignore_errors=True)
+        replace_folder(tmp, folder)
 
     def close(self) -> None:
         """Nothing to stop: the model lives in this process (the sharded actor stops its ranks)."""

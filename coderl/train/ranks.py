@@ -270,7 +270,7 @@ class ShardedActor:
             ranks = ProcessRanks(self.cfg, self.model_path, self.cache_dir, self.with_value_head)
         ranks.start()
         self._ranks = ranks
-        log.info("actor: sharded over %d ranks (%s)", self.cfg.ranks, ranks.describe() if self.on_ray else backend_for(self.cfg))
+        log.info("%s", self.describe())
 
     def describe(self) -> str:
         """Where the ranks run, for the console."""

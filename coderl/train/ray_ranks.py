@@ -29,6 +29,7 @@ from typing import Any
 from coderl.cluster.config import ClusterConfig
 from coderl.cluster.ray_rollouts import import_ray
 from coderl.errors import ClusterError, ModelError
+from coderl.train.actor import replace_folder
 from coderl.train.config import ActorConfig
 from coderl.train.ranks import START_TIMEOUT_S, free_port, run_call, start_rank
 
@@ -246,12 +247,7 @@ class RayRanks:
             with path.open("wb") as fh:
                 for offset in range(0, size, CHUNK_BYTES):
                     fh.write(ray.get(self.ranks[0].read_chunk.remote(rel, offset, CHUNK_BYTES)))
-        old = folder.parent / f".{folder.name}.old"
-        shutil.rmtree(old, ignore_errors=True)
-        if folder.exists():
-            folder.rename(old)
-        tmp.rename(folder)
-        shutil.rmtree(old, ignore_errors=True)
+        replace_folder(tmp, folder)
 
     def load(self, folder: Path) -> None:
         """A checkpoint on this disk loaded on every rank: read in place where a rank's node shares the
