@@ -34,6 +34,7 @@ from coderl.sandbox.hostsetup import (
     python_path_dirs,
     remove_tree,
     state_dir,
+    sweep_stale_workspaces,
 )
 from coderl.sandbox.local import LocalSandbox
 from coderl.sandbox.runner import EXEC_POOL, Limits, run_limited
@@ -73,6 +74,7 @@ class BwrapSandbox(LocalSandbox):
 
     def _create_workspace(self) -> HostWorkspace:
         bwrap = bwrap_path()
+        sweep_stale_workspaces()
         self._lease = UidLease() if is_root() else None
         uid = self._lease.uid if self._lease else None
         path = state_dir() / "ws" / self.id

@@ -70,6 +70,41 @@ class UidLease:
             self._fd = -1
 
 
+_swept = False
+
+
+def sweep_stale_workspaces() -> int:
+    """Remove the workspaces of sandboxes whose process died without cleaning up (once per process).
+
+    A workspace owned by a sandbox uid whose lease nobody holds is stale: its owner was killed
+    (a tmpfs stays mounted, and keeps its memory, until someone unmounts it). The uid's lock is
+    held while removing, so no new sandbox can take that uid meanwhile. Returns how many went.
+    """
+    global _swept
+    if _swept or not is_root():
+        return 0
+    _swept = True
+    root = state_dir()
+    removed = 0
+    for ws in (root / "ws").iterdir():
+        try:
+            uid = ws.stat().st_uid
+        except OSError:
+            continue
+        if not UID_BASE <= uid < UID_BASE + UID_COUNT:
+            continue  # being made right now (still root's), or not ours
+        fd = os.open(root / "uids" / f"{uid}.lock", os.O_CREAT | os.O_RDWR, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            remove_tree(ws)
+            removed += 1
+        except BlockingIOError:
+            pass  # a live sandbox holds this uid
+        finally:
+            os.close(fd)
+    return removed
+
+
 def mount_tmpfs(path: Path, size_mb: int, uid: int) -> bool:
     """Mount a tmpfs of ``size_mb`` at ``path`` owned by ``uid``; False where mounting is not allowed."""
     opts = f"size={size_mb}m,mode=0700,uid={uid},gid={uid}".encode()
