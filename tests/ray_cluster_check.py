@@ -124,6 +124,7 @@ async def placement_error(rollouts: RayRollouts) -> str:
 
 
 def main(work: Path) -> dict[str, Any]:
+    t0 = time.monotonic()
     cluster = Cluster(
         initialize_head=True,
         head_node_args={"num_cpus": 1, "resources": {"head_node": 1, "rank_slot": 1}, "include_dashboard": False},
@@ -133,7 +134,9 @@ def main(work: Path) -> dict[str, Any]:
     try:
         ray.init(address=cluster.address, namespace="coderl-check", log_to_driver=False)
         nodes = len([n for n in ray.nodes() if n["Alive"]])
+        phase_s = {"cluster": time.monotonic() - t0}
         ranks = ranks_on_two_nodes(work)
+        phase_s["ranks"] = time.monotonic() - t0 - sum(phase_s.values())
         log = (work / "train.log").open("wb")
         run = subprocess.Popen(
             [sys.executable, "-m", "coderl", "train", *TRAIN, f"cluster.address={cluster.address}",
@@ -143,6 +146,7 @@ def main(work: Path) -> dict[str, Any]:
         workers = kill_a_busy_worker(run, time.monotonic() + 400)
         code = run.wait(timeout=500)
         log.close()
+        phase_s["train"] = time.monotonic() - t0 - sum(phase_s.values())
         # coderl eval on the same cluster, sampling from a launched replica: graded on the workers, stored
         # by the driver
         evaluated = subprocess.run(
@@ -152,6 +156,7 @@ def main(work: Path) -> dict[str, Any]:
              f"run.dir={work / 'eval'}"],
             capture_output=True, text=True, timeout=300,
         )  # fmt: skip
+        phase_s["eval"] = time.monotonic() - t0 - sum(phase_s.values())
         # more workers than the cluster holds: a clear error, not a hang
         cfg = load_config(overrides=[*TRAIN, "cluster.rollout_workers=3", "cluster.placement_timeout_s=3"])
         too_many = asyncio.run(placement_error(RayRollouts(cfg)))
@@ -163,6 +168,7 @@ def main(work: Path) -> dict[str, Any]:
             "eval_exit": evaluated.returncode,
             "eval_log": evaluated.stderr[-2000:],
             "too_many": too_many,
+            "phase_s": {**phase_s, "too_many": time.monotonic() - t0 - sum(phase_s.values())},
         }
     finally:
         ray.shutdown()

@@ -32,6 +32,7 @@ def test_train_and_eval_on_a_two_node_ray_cluster_lose_no_rollout_when_a_worker_
     log = (tmp_path / "train.log").read_text() if (tmp_path / "train.log").exists() else ""
     assert done.returncode == 0, done.stderr[-3000:] + log[-3000:]
     got = json.loads(done.stdout.strip().splitlines()[-1])
+    print("ray cluster check, seconds by phase:", got.get("phase_s"))  # shown with -rP / on failure
     assert got["train_exit"] == 0, log[-3000:]
     assert got["nodes"] == 2 and got["killed"]["node"] != got["other"]["node"]  # one worker per node
     ranks = got["ranks"]  # the actor on two Ray rank actors, one per node, updates as one process does
