@@ -27,9 +27,9 @@ TINY = [
 ]
 
 
-def bench(cwd: Path) -> subprocess.CompletedProcess[str]:
+def bench(cwd: Path, *flags: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "coderl", "bench", "learn", "--quick", "--json", "--write", "B.md", *TINY],
+        [sys.executable, "-m", "coderl", "bench", "learn", "--quick", "--json", "--write", "B.md", *flags, *TINY],
         cwd=cwd,
         capture_output=True,
         text=True,
@@ -38,7 +38,7 @@ def bench(cwd: Path) -> subprocess.CompletedProcess[str]:
 
 
 def test_bench_learn_runs_the_recipe_and_its_control_in_processes_of_their_own(tmp_path: Path) -> None:
-    out = bench(tmp_path)
+    out = bench(tmp_path, "--jobs", "2")  # the recipe and its control at once
     assert out.returncode == 0, out.stderr[-3000:]
     r = json.loads(out.stdout)  # the runs' own output went to stderr
     assert r["seeds"] == [0] and r["held_out_tasks"] == 2 and r["control_held_out_tasks"] == 2
@@ -66,3 +66,9 @@ def test_bench_learn_runs_the_recipe_and_its_control_in_processes_of_their_own(t
     assert again.stderr.count("finished before, reused") == 2 and "run directory" not in again.stderr
     r2 = json.loads(again.stdout)
     assert r2["run_dirs"] == r["run_dirs"] and r2["start_pass_at_1"] == r["start_pass_at_1"]
+
+
+def test_bench_learn_refuses_a_job_count_below_one(tmp_path: Path) -> None:
+    out = bench(tmp_path, "--jobs", "0")
+    assert out.returncode != 0 and "--jobs 0" in out.stderr and "1 or more" in out.stderr
+    assert not (tmp_path / "runs").exists()  # refused before any run started

@@ -69,7 +69,7 @@ def _learn(cfg: Config, ns: argparse.Namespace, console: Console) -> dict[str, A
     from coderl.bench.learn import bench_learn
 
     seeds = [int(x) for x in ns.seeds.split(",") if x.strip()]
-    return bench_learn(cfg, seeds=seeds[:1] if ns.quick else seeds, console=console)
+    return bench_learn(cfg, seeds=seeds[:1] if ns.quick else seeds, console=console, jobs=ns.jobs)
 
 
 def _proxy(cfg: Config, ns: argparse.Namespace, console: Console) -> dict[str, Any]:
@@ -134,7 +134,15 @@ BENCHES: dict[str, Bench] = {
             (
                 "--seeds",
                 {"default": "0,1,2", "help": "comma-separated seeds (default 0,1,2); --quick runs the first"},
-            )
+            ),
+            (
+                "--jobs",
+                {
+                    "type": int,
+                    "default": 1,
+                    "help": "runs at once, each a coderl train process (default 1; one peaks at about 12.5 GB)",
+                },
+            ),
         ],
         train_defaults=True,
         overrides=lambda ns: (

@@ -12,7 +12,7 @@ def run_proxy_serve(ns: argparse.Namespace) -> int:
 
     from coderl.cli.common import config_from_args
     from coderl.proxy.app import default_db_path
-    from coderl.proxy.standalone import build_proxy
+    from coderl.proxy.standalone import build_proxy, settle_heap
 
     cfg = config_from_args(ns)
     app, _ = build_proxy(cfg)
@@ -24,5 +24,6 @@ def run_proxy_serve(ns: argparse.Namespace) -> int:
     if cfg.proxy.admin_token is None:
         print(f"coderl proxy: admin token (generated): {app.state.admin_token}", file=sys.stderr)
     sys.stderr.flush()
+    settle_heap()
     uvicorn.run(app, host=cfg.proxy.host, port=cfg.proxy.port, log_level=cfg.run.log_level)
     return 0

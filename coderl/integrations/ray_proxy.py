@@ -36,9 +36,10 @@ class ProxyActor:
         if self.url:
             return self.url
         from coderl.loopback import serve_in_loop
-        from coderl.proxy.standalone import build_proxy
+        from coderl.proxy.standalone import build_proxy, settle_heap
 
         app, _ = build_proxy(self.cfg)
+        settle_heap()  # this actor's process serves only the proxy
         proxy = self.cfg.proxy
         self._serving = serve_in_loop(app, host=proxy.host, port=proxy.port)
         bound = await self._serving.__aenter__()

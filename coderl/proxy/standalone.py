@@ -4,6 +4,7 @@ actor (:mod:`coderl.integrations.ray_proxy`) both build it here."""
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 from coderl.chat import ChatFormat
@@ -25,3 +26,22 @@ def build_proxy(cfg: Config) -> tuple[Any, str]:
         engine = create_engine(cfg.engine, cfg.model, seed=cfg.run.seed)
     chat = ChatFormat(load_tokenizer(folder), cfg.model.tool_format)
     return create_app(cfg.proxy, engine, chat, model_name=name), name
+
+
+GC_GEN0_THRESHOLD = 20_000
+"""Allocations between young-generation collections in a proxy process (Python's default: 700)."""
+
+
+def settle_heap() -> None:
+    """For a process that from now on only serves the proxy: move everything alive after start-up (the
+    tokenizer, the app, imported modules) out of the cyclic garbage collector's sight (``gc.freeze``)
+    and collect the young generation less often. A served call allocates a few thousand short-lived
+    objects; with Python's defaults the collector kept rescanning the start-up heap, and measured with
+    256 concurrent sessions (2026-11-25, 2 cores) the proxy spent 1.15 ms of CPU per call with the
+    defaults, 0.85 ms after the freeze and 0.78 ms with the threshold raised as well. Call it once, in
+    the serving process's entry point only: objects frozen here are never collected, which is right
+    for a server's start-up heap and wrong for a test process that builds many proxies."""
+    gc.collect()
+    gc.freeze()
+    _, gen1, gen2 = gc.get_threshold()
+    gc.set_threshold(GC_GEN0_THRESHOLD, gen1, gen2)
