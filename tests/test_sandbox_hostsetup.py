@@ -45,3 +45,30 @@ def test_stale_workspaces_are_swept_and_live_ones_kept(tmp_path: Path, monkeypat
     fd = os.open(root / "uids" / f"{UID_BASE + 7}.lock", os.O_RDWR)
     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     os.close(fd)
+
+
+def test_a_host_view_of_a_folder_made_again_shows_the_new_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A virtualenv deleted and made again at the same path (a reused pytest folder) must not be seen
+    through the view made for the old one: that view shows no files, and bwrap cannot bind from it."""
+    monkeypatch.setenv("CODERL_SANDBOX_DIR", str(tmp_path / "state"))
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    prefix = private / "venv"
+    prefix.mkdir()
+    (prefix / "marker").write_text("first")
+    view = hostsetup.host_view(prefix)
+    try:
+        assert (view / "marker").read_text() == "first" and hostsetup.host_view(prefix) == view
+        for entry in prefix.iterdir():  # the folder goes; the view made for it stays mounted
+            entry.unlink()
+        prefix.rmdir()
+        prefix.mkdir()
+        (prefix / "marker").write_text("second")
+        assert not (view / "marker").exists()  # the stale view: the old folder, now empty
+        assert hostsetup.host_view(prefix) == view
+        assert (view / "marker").read_text() == "second"
+    finally:
+        while is_mount_point(view):
+            hostsetup.unmount(view)

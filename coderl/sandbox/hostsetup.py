@@ -167,16 +167,37 @@ def python_binds() -> list[tuple[Path, Path]]:
     for prefix in prefixes:
         source = prefix
         if is_root() and not _traversable_by_others(prefix):
-            source = state_dir() / "host" / str(prefix).strip("/").replace("/", "_")
-            if not is_mount_point(source):
-                source.mkdir(exist_ok=True)
-                os.chmod(source, 0o755)
-                if _libc.mount(str(prefix).encode(), str(source).encode(), None, MS_BIND | MS_REC, None) != 0:
-                    raise SandboxError(f"could not make {prefix} visible to sandboxes (bind mount failed)")
-                _libc.mount(None, str(source).encode(), None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_REC, None)
+            source = host_view(prefix)
         binds.append((source, prefix))
     _BINDS = binds
     return binds
+
+
+def host_view(prefix: Path) -> Path:
+    """A read-only view of ``prefix`` under the state folder that an unprivileged uid can reach (root
+    bind-mounts it there once; later processes reuse it). A view left from an earlier folder at the
+    same path — deleted and made again since, as a test's virtualenv in a reused pytest folder is —
+    shows the old folder's files, or none, so it is taken down and made again."""
+    source = state_dir() / "host" / str(prefix).strip("/").replace("/", "_")
+    for _ in range(16):  # views may be stacked, one per earlier folder
+        if not is_mount_point(source) or _same_folder(source, prefix):
+            break
+        unmount(source)
+    if not is_mount_point(source):
+        source.mkdir(exist_ok=True)
+        os.chmod(source, 0o755)
+        if _libc.mount(str(prefix).encode(), str(source).encode(), None, MS_BIND | MS_REC, None) != 0:
+            raise SandboxError(f"could not make {prefix} visible to sandboxes (bind mount failed)")
+        _libc.mount(None, str(source).encode(), None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_REC, None)
+    return source
+
+
+def _same_folder(a: Path, b: Path) -> bool:
+    try:
+        sa, sb = os.stat(a), os.stat(b)
+    except OSError:
+        return False
+    return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
 
 
 def site_dirs_outside(path: list[str], prefixes: list[Path]) -> list[Path]:
