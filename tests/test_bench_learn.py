@@ -38,7 +38,7 @@ def bench(cwd: Path, *flags: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_bench_learn_runs_the_recipe_and_its_control_in_processes_of_their_own(tmp_path: Path) -> None:
-    out = bench(tmp_path, "--jobs", "2")  # the recipe and its control at once
+    out = bench(tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     r = json.loads(out.stdout)  # the runs' own output went to stderr
     assert r["seeds"] == [0] and r["held_out_tasks"] == 2 and r["control_held_out_tasks"] == 2
