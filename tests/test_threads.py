@@ -72,3 +72,27 @@ def test_freed_heap_pages_go_back_to_the_system() -> None:
 
     grown, kept = asyncio.run(main())
     assert grown > 300 and kept < 100, (grown, kept)
+
+
+def test_processes_side_by_side_each_get_their_share_of_the_cores(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from coderl.threads import share_of_cores
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    assert share_of_cores(1, {"A": "1"}) == {"A": "1"}  # alone: torch's own choice
+    assert share_of_cores(2, {})["OMP_NUM_THREADS"] == "4"
+    assert share_of_cores(3, {})["OMP_NUM_THREADS"] == "2"
+    assert share_of_cores(16, {})["OMP_NUM_THREADS"] == "1"
+    assert share_of_cores(2, {"OMP_NUM_THREADS": "3"})["OMP_NUM_THREADS"] == "3"  # the user's stands
+    monkeypatch.undo()
+
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    want = max(1, (os.cpu_count() or 1) // 2)
+    out = subprocess.run(
+        [sys.executable, "-c", "import torch; print(torch.get_num_threads())"],
+        env=share_of_cores(2, env), capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert int(out.stdout) == want  # torch in the child takes it

@@ -49,6 +49,7 @@ from coderl.config import Config
 from coderl.config.loader import dump_config, validate_config
 from coderl.errors import CoderlError, ConfigError
 from coderl.rollout.store import read_trajectories
+from coderl.threads import share_of_cores
 from coderl.yamlio import load_yaml
 
 BOOTSTRAP = 10_000
@@ -119,11 +120,11 @@ def _die_with_parent() -> None:
             ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
-def _one_run(cfg: Config, console: Console, run_dir: Path) -> dict[str, Any]:
+def _one_run(cfg: Config, console: Console, run_dir: Path, jobs: int) -> dict[str, Any]:
     """Train once, as ``coderl train`` in a process of its own (one run's engine, actor and optimizer
     never share memory with the next: in one process two main jobs exceed this machine's 24 GB), or
     reuse the same run finished before; per-task pass rates of the first and last validation of each
-    held-out set."""
+    held-out set. With ``jobs`` runs at once, each gets its share of the cores."""
     config = dump_config(cfg.model_copy(update={"run": cfg.run.model_copy(update={"dir": run_dir})}))
     done = run_dir / "bench.json"
     if _finished(run_dir, cfg):
@@ -148,7 +149,9 @@ def _one_run(cfg: Config, console: Console, run_dir: Path) -> dict[str, Any]:
         ]
         began = time.monotonic()
         # stdout stays the bench's (--json); the run ends with the bench, however the bench ends
-        code = subprocess.run(command, check=False, stdout=2, preexec_fn=_die_with_parent).returncode
+        code = subprocess.run(
+            command, check=False, stdout=2, preexec_fn=_die_with_parent, env=share_of_cores(jobs)
+        ).returncode
         if code != 0:
             raise CoderlError(
                 f"bench learn: {run_dir.name} failed (coderl train exited with {code}); its run directory is "
@@ -187,7 +190,7 @@ def bench_learn(
         planned += [("recipe", seeded, root / f"seed{seed}"), ("control", frozen, root / f"seed{seed}-lr0")]
     # the runs are processes of their own: threads only wait for them
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        done = list(pool.map(lambda p: _one_run(p[1], console, p[2]), planned))
+        done = list(pool.map(lambda p: _one_run(p[1], console, p[2], jobs), planned))
     runs: dict[str, list[dict[str, Any]]] = {"recipe": [], "control": []}
     for (kind, _, _), result in zip(planned, done, strict=True):
         runs[kind].append(result)
