@@ -77,6 +77,22 @@ async def test_a_rollout_on_verls_client_is_token_exact_and_graded_like_coderl_e
     assert out["metrics"]["generate_sequences"] > 0 and out["metrics"]["compute_score"] > 0
 
 
+async def test_serving_many_sessions_each_stays_sticky_and_carries_the_servers_weight_step(
+    tokenizer: Any,
+) -> None:
+    client = EngineServerClient(ScriptedEngine(["a", "b", "c", "d"], tokenizer), global_steps=7)
+    proxy_side = ServerClientEngine(client, None)  # the recording proxy's: one adapter, many sessions
+    params = SamplingParams(max_tokens=4)
+    for session in ("s1", "s2", "s1"):
+        c = await proxy_side.generate([1, 2], params, session_id=session)
+        assert c.policy_version == 7  # the step whose weights verl's server sampled with
+    await proxy_side.generate([1, 2], params)
+    await proxy_side.generate([1, 2], params)
+    ids = [c.request_id for c in client.calls]
+    assert ids[:3] == ["s1", "s2", "s1"]  # a session's calls go to verl under its id: sticky to one server
+    assert ids[3] != ids[4] and all(i.startswith("coderl-") for i in ids[3:])  # no session: one id per call
+
+
 async def test_a_gold_demonstration_through_the_bridge_is_rewarded(tokenizer: Any) -> None:
     cfg = recipe()
     task = load_tasks("bundled:spanlib-s005")[0]

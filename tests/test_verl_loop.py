@@ -95,7 +95,7 @@ def test_the_examples_agent_loop_entry_is_a_valid_coderl_config() -> None:
 
 
 @pytest.mark.slow
-def test_the_proxy_as_a_named_ray_actor(tmp_path: Path) -> None:
+def test_the_proxy_as_a_named_ray_actor_on_its_engine_or_on_verls_server_client(tmp_path: Path) -> None:
     done = subprocess.run(  # ray comes with verl in .venv-verl
         [verl_python(), "-m", "tests.ray_proxy_check", str(tmp_path)],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
@@ -105,3 +105,9 @@ def test_the_proxy_as_a_named_ray_actor(tmp_path: Path) -> None:
     assert got["same_url"] and got["same_actor"]  # the second caller found the first proxy by name
     assert got["calls"] == 1 and got["completion_tokens"] == 4 and got["reply"]  # recorded, real model
     assert got["admin_token"] == "ray-admin" and got["url"].startswith("http://127.0.0.1:")
+    # the second proxy forwarded through verl's LLMServerClient and router to two rollout servers
+    assert got["verl_calls"] == {"server-0": 2, "server-1": 2}
+    (a,), (b,) = got["verl_servers_by_session"].values()
+    assert a != b  # each session stayed on one server (sticky), and the router spread the two
+    assert got["verl_recorded_is_sampled"]  # the record holds exactly the ids and logprobs sampled
+    assert got["verl_policy_versions"] == [3]  # the servers' weight step reached the record

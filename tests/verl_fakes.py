@@ -34,9 +34,10 @@ class ServedCall:
 class EngineServerClient:
     """verl's server client, answered by a coderl engine (vLLM sampling names in, token ids out)."""
 
-    def __init__(self, engine: Engine, with_logprobs: bool = True) -> None:
+    def __init__(self, engine: Engine, with_logprobs: bool = True, global_steps: int | None = None) -> None:
         self.engine = engine
         self.with_logprobs = with_logprobs
+        self.global_steps = global_steps  # what verl's servers put in extra_fields: their weights' step
         self.calls: list[ServedCall] = []
 
     async def generate(
@@ -54,4 +55,5 @@ class EngineServerClient:
         )
         c = await self.engine.generate(list(prompt_ids), params, session_id=request_id)
         self.calls.append(ServedCall(request_id, list(prompt_ids), dict(p), c.token_ids, c.logprobs))
-        return TokenOutput(c.token_ids, c.logprobs if self.with_logprobs else None)
+        extra = {} if self.global_steps is None else {"global_steps": self.global_steps}
+        return TokenOutput(c.token_ids, c.logprobs if self.with_logprobs else None, extra_fields=extra)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 import time
+import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -56,8 +57,10 @@ def check_verl_version(version: str) -> None:
 
 
 class ServerClientEngine(Engine):
-    """A coderl engine over verl's server client, for one trajectory: every call carries the same
-    ``request_id`` (verl keeps it on one server, whose prefix cache then serves every turn).
+    """A coderl engine over verl's server client. For one trajectory every call carries the same
+    ``request_id`` (verl keeps it on one server, whose prefix cache then serves every turn). With
+    ``request_id=None`` (a recording proxy serving many sessions) each call carries its session's id,
+    so every session stays on one server; a call outside any session gets an id of its own.
 
     ``sampling`` is what verl passed to the agent loop: its temperature, top_p, top_k (and greedy
     settings for validation) replace the coderl loop's; the loop's per-turn ``max_tokens``, stop
@@ -69,7 +72,7 @@ class ServerClientEngine(Engine):
     def __init__(
         self,
         client: Any,
-        request_id: str,
+        request_id: str | None,
         sampling: Mapping[str, Any] | None = None,
         decode: Callable[[list[int]], str] | None = None,
         policy_version: int = 0,
@@ -114,7 +117,7 @@ class ServerClientEngine(Engine):
     ) -> Completion:
         started = time.perf_counter()
         out = await self.client.generate(
-            request_id=self.request_id,
+            request_id=self.request_id or session_id or f"coderl-{uuid.uuid4().hex}",
             prompt_ids=list(prompt_ids),
             sampling_params=self.sampling_params(params),
         )
@@ -143,6 +146,9 @@ class ServerClientEngine(Engine):
             finish = "length"
         self.requests += 1
         self.generated_tokens += len(ids)
+        steps = (getattr(out, "extra_fields", None) or {}).get("global_steps")
+        if isinstance(steps, int):  # the training step whose weights the server sampled with
+            self.version = steps
         latency = time.perf_counter() - started
         return Completion(
             token_ids=ids,

@@ -5,6 +5,7 @@ actor (:mod:`coderl.integrations.ray_proxy`) both build it here."""
 from __future__ import annotations
 
 import gc
+from collections.abc import Callable
 from typing import Any
 
 from coderl.chat import ChatFormat
@@ -15,16 +16,21 @@ from coderl.proxy.app import create_app
 from coderl.proxy.relay import RelayEngine
 
 
-def build_proxy(cfg: Config) -> tuple[Any, str]:
-    """(the proxy app, the served model name) for ``cfg``; the app starts and stops its engine."""
+def build_proxy(cfg: Config, engine_from: Callable[[Any], Engine] | None = None) -> tuple[Any, str]:
+    """(the proxy app, the served model name) for ``cfg``; the app starts and stops its engine.
+    ``engine_from`` (given the model's tokenizer) makes the engine instead of ``cfg.engine`` /
+    ``proxy.mode=relay``: e.g. verl's server client, wrapped."""
     folder = resolve_checkpoint(cfg.model.path, cfg.model.cache_dir)
     name = DEFAULT_MODEL_NAME if cfg.model.path is None else folder.name
+    tokenizer = load_tokenizer(folder)
     engine: Engine
-    if cfg.proxy.mode == "relay":  # no local engine: only the tokenizer, to render prompts
+    if engine_from is not None:
+        engine = engine_from(tokenizer)
+    elif cfg.proxy.mode == "relay":  # no local engine: only the tokenizer, to render prompts
         engine = RelayEngine(cfg.proxy, model=name)
     else:
         engine = create_engine(cfg.engine, cfg.model, seed=cfg.run.seed)
-    chat = ChatFormat(load_tokenizer(folder), cfg.model.tool_format)
+    chat = ChatFormat(tokenizer, cfg.model.tool_format)
     return create_app(cfg.proxy, engine, chat, model_name=name), name
 
 
