@@ -96,7 +96,11 @@ def read_trajectories(run_dir: Path) -> list[dict[str, Any]]:
 
     rows: list[dict[str, Any]] = []
     for shard in sorted((run_dir / "trajectories").glob("part-*.parquet")):
-        for row in pq.read_table(shard).to_pylist():
+        # use_threads=False: Arrow's reader pool, still winding down when a process exits right after a
+        # read, can abort the process at exit ("terminate called without an active exception",
+        # apache/arrow#34314); a coderl train once exited with SIGABRT after writing its report this way.
+        # The shards are small: one thread reads them as fast.
+        for row in pq.read_table(shard, use_threads=False).to_pylist():
             row["metrics"] = (
                 json.loads(row["metrics"]) if isinstance(row.get("metrics"), str) else row.get("metrics")
             )

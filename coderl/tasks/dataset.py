@@ -77,7 +77,8 @@ def read_parquet(path: Path) -> list[Task]:
 
     if not path.is_file():
         raise TaskError(f"task dataset {str(path)!r} does not exist")
-    table = pq.read_table(path)
+    # no Arrow reader pool left winding down at exit (see coderl.rollout.store.read_trajectories)
+    table = pq.read_table(path, use_threads=False)
     missing = set(COLUMNS) - set(table.column_names)
     if missing:
         raise TaskError(

@@ -24,7 +24,7 @@ def read_records(path: Path) -> list[dict[str, Any]]:
     if path.suffix == ".parquet":
         import pyarrow.parquet as pq
 
-        return list(pq.read_table(path).to_pylist())
+        return list(pq.read_table(path, use_threads=False).to_pylist())  # see rollout.store's read
     text = path.read_text()
     if path.suffix == ".jsonl":
         try:
