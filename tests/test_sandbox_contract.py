@@ -65,6 +65,19 @@ async def test_warm_then_exec_and_warm_then_close(make_spec: Any) -> None:
         await sb2.exec("true")
 
 
+async def test_commands_start_with_default_signal_handling_and_a_failed_start_is_127(make_spec: Any) -> None:
+    # Python ignores SIGPIPE and SIGXFSZ; a command must not inherit that: `yes | head` ends quietly
+    async with await create_sandbox(make_spec()) as sb:
+        await sb.warm()
+        for _ in range(2):  # the first command (perhaps a one-shot start) and one through a warm agent
+            r = await sb.exec("yes | head -c 6; echo; grep -E 'SigIgn' /proc/self/status")
+            assert r.exit_code == 0 and r.stdout.startswith("y\ny\ny\n") and r.stderr == ""
+            ignored = int(r.stdout.split()[-1], 16)
+            assert not ignored & (1 << 12) and not ignored & (1 << 24)  # SIGPIPE (13), SIGXFSZ (25): default
+        missing = await sb.exec(["/no/such/program"])
+        assert missing.exit_code == 127 and "/no/such/program" in missing.stderr
+
+
 async def test_env_and_cwd(make_spec: Any) -> None:
     async with await create_sandbox(make_spec(env={"FROM_SPEC": "a"})) as sb:
         await sb.write_file("sub/dir/f.txt", "x")

@@ -1,14 +1,21 @@
 """The exec agent that runs inside a bwrap sandbox (stdlib only; sent as ``python -c`` source).
 
-Protocol on stdin/stdout: frames of an 8-byte big-endian length and a JSON object. Request:
-``{"argv": [...], "env": {...}, "cwd": "...", "timeout": s, "cap": bytes, "limits": [prlimit args]}``.
-Reply: ``{"exit_code", "stdout" (base64), "stderr" (base64), "timed_out", "truncated", "duration_s"}``.
+Protocol on stdin/stdout: frames of an 8-byte big-endian length and a body. Request (host to agent): a
+``marshal``-encoded dict ``{"argv": [...], "env": {...}, "cwd": "...", "timeout": s, "cap": bytes,
+"limits": [prlimit args]}``. Reply (agent to host): a JSON object ``{"exit_code", "stdout" (base64),
+"stderr" (base64), "timed_out", "truncated", "duration_s"}``; JSON because the host parses it and the
+agent shares its sandbox with the commands it runs (``marshal`` is not safe to read from them).
+
+The agent imports only built-in modules (os, sys, marshal, binascii, select, time, _signal): it starts in every
+sandbox, and ``json``, ``base64``, ``subprocess``, ``selectors`` and ``signal`` (with the ``re`` and
+``enum`` they pull in) cost 8.7 ms of CPU on each start, measured 2026-11-25 on 2 cores: 14.0 ms for
+``python3 -I -S`` with those imports against 5.3 ms without.
 After every command the agent kills every other process in the sandbox's PID namespace (except
 PID 1, bwrap's init), so no process outlives its exec, detached daemons included.
 """
 
 AGENT_SOURCE = r"""
-import base64, json, os, selectors, signal, struct, subprocess, sys, time
+import _signal, binascii, marshal, os, select, sys, time
 inp, out = sys.stdin.buffer, sys.stdout.buffer
 def read_exact(n):
     buf = b""
@@ -18,12 +25,15 @@ def read_exact(n):
             sys.exit(0)
         buf += chunk
     return buf
+def frame(body):
+    out.write(len(body).to_bytes(8, "big") + body)
+    out.flush()
 def kill_all():
     me = os.getpid()
     for name in os.listdir("/proc"):
         if name.isdigit() and int(name) not in (1, me):
             try:
-                os.kill(int(name), signal.SIGKILL)
+                os.kill(int(name), 9)
             except OSError:
                 pass
 def reap():
@@ -34,62 +44,92 @@ def reap():
             break
         if pid == 0:
             break
+def b64(data):
+    return binascii.b2a_base64(data, newline=False).decode()
+def reply(code, o, e, timed_out, truncated, took):
+    return ('{"exit_code": %d, "stdout": "%s", "stderr": "%s", "timed_out": %s, "truncated": %s, "duration_s": %r}'
+            % (code, b64(o), b64(e), "true" if timed_out else "false", "true" if truncated else "false", float(took))).encode()
+def spawn(argv, cwd, env):
+    # posix_spawn (what subprocess.Popen does, without importing it): a new session, stdin from
+    # /dev/null, stdout and stderr to pipes, SIGPIPE and SIGXFSZ back to their defaults (Python ignores
+    # them). The agent runs one command at a time, so it moves to the command's folder to start it.
+    r_out, w_out = os.pipe()
+    r_err, w_err = os.pipe()
+    actions = [(os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
+               (os.POSIX_SPAWN_DUP2, w_out, 1), (os.POSIX_SPAWN_DUP2, w_err, 2)]
+    try:
+        os.chdir(cwd)
+        pid = os.posix_spawnp(argv[0], argv, env, file_actions=actions, setsid=True,
+                              setsigdef=(_signal.SIGPIPE, _signal.SIGXFSZ))
+    except OSError as exc:
+        for fd in (r_out, w_out, r_err, w_err):
+            os.close(fd)
+        return None, str(exc).encode()
+    finally:
+        os.chdir("/")
+    os.close(w_out)
+    os.close(w_err)
+    return (pid, r_out, r_err), b""
+def exit_code(status):
+    return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
 def run(req):
     start = time.monotonic()
     cap = req["cap"]
-    try:
-        proc = subprocess.Popen(req["limits"] + req["argv"], cwd=req["cwd"], env=req["env"], stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
-    except OSError as exc:
-        return {"exit_code": 127, "stdout": "", "stderr": base64.b64encode(str(exc).encode()).decode(),
-                "timed_out": False, "truncated": False, "duration_s": 0.0}
-    bufs = {proc.stdout.fileno(): bytearray(), proc.stderr.fileno(): bytearray()}
+    child, failure = spawn(req["limits"] + req["argv"], req["cwd"], req["env"])
+    if child is None:
+        return reply(127, b"", failure, False, False, 0.0)
+    pid, r_out, r_err = child
+    bufs = {r_out: bytearray(), r_err: bytearray()}
     dropped = 0
     timed_out = False
     exited = None
-    sel = selectors.DefaultSelector()
+    code = None
+    poller = select.poll()
     for fd in bufs:
-        sel.register(fd, selectors.EVENT_READ)
-    while sel.get_map():
+        poller.register(fd, select.POLLIN | select.POLLHUP)
+    open_fds = set(bufs)
+    while open_fds:
         now = time.monotonic()
         if not timed_out and now - start > req["timeout"]:
             timed_out = True
             kill_all()
-        if exited is None and proc.poll() is not None:
-            exited = now
+        if code is None:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                code, exited = exit_code(status), now
         if exited is not None and now - exited > 0.2:
             break
-        for key, _ in sel.select(0.1 if exited is None else 0.02):
-            data = os.read(key.fd, 65536)
+        for fd, _ in poller.poll(100 if exited is None else 20):
+            data = os.read(fd, 65536)
             if not data:
-                sel.unregister(key.fd)
+                poller.unregister(fd)
+                open_fds.discard(fd)
                 continue
-            buf = bufs[key.fd]
+            buf = bufs[fd]
             room = cap - len(buf)
             if room > 0:
                 buf += data[:room]
             dropped += max(0, len(data) - max(room, 0))
-    sel.close()
     # Output closed is not the end: coreutils close stdout/stderr at exit *before* exiting, and a
     # command may go on with its output closed. Wait for it until its time limit, then kill.
-    try:
-        code = proc.wait(timeout=max(0.0, req["timeout"] - (time.monotonic() - start)))
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        kill_all()
-        code = proc.wait()
+    while code is None:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            code = exit_code(status)
+        elif time.monotonic() - start > req["timeout"]:
+            timed_out = True
+            kill_all()
+            code = exit_code(os.waitpid(pid, 0)[1])
+        else:
+            time.sleep(0.005)
     kill_all()
     reap()
-    proc.stdout.close()
-    proc.stderr.close()
+    os.close(r_out)
+    os.close(r_err)
     o, e = bufs.values()
-    return {"exit_code": code, "stdout": base64.b64encode(bytes(o)).decode(), "stderr": base64.b64encode(bytes(e)).decode(),
-            "timed_out": timed_out, "truncated": dropped > 0, "duration_s": time.monotonic() - start}
-out.write(struct.pack(">Q", 2) + b"{}")
-out.flush()
+    return reply(code, bytes(o), bytes(e), timed_out, dropped > 0, time.monotonic() - start)
+frame(b"{}")
 while True:
-    (n,) = struct.unpack(">Q", read_exact(8))
-    reply = json.dumps(run(json.loads(read_exact(n)))).encode()
-    out.write(struct.pack(">Q", len(reply)) + reply)
-    out.flush()
+    n = int.from_bytes(read_exact(8), "big")
+    frame(run(marshal.loads(read_exact(n))))
 """
