@@ -65,6 +65,10 @@ class HostWorkspace:
         dest = self.resolve(rel, must_exist=False)
         self._makedirs(dest)
         if source.is_dir():
+            if _is_empty(dest):  # a sandbox's first fill: nothing to replace, owned as it is copied
+                self._copy_fresh(str(source), str(dest))
+                self._own(dest)
+                return
             self._copy_into(source, dest)
         elif source.is_file() and _is_archive(source):
             extract_archive(source, dest)
@@ -122,6 +126,24 @@ class HostWorkspace:
                     shutil.rmtree(target)
                 shutil.copy2(entry, target)
 
+    def _copy_fresh(self, source: str, dest: str) -> None:
+        """:meth:`_copy_into` for an empty ``dest``, in one pass over ``os.scandir`` (hundreds of
+        sandboxes fill at once, and this runs under the GIL): links copied as links, folders and
+        regular files copied, anything else skipped, each entry owned as it is made."""
+        with os.scandir(source) as entries:
+            for entry in entries:
+                target = os.path.join(dest, entry.name)
+                if entry.is_symlink():
+                    os.symlink(os.readlink(entry.path), target)
+                elif entry.is_dir(follow_symlinks=False):
+                    os.mkdir(target)
+                    self._copy_fresh(entry.path, target)
+                elif entry.is_file(follow_symlinks=False):
+                    shutil.copy2(entry.path, target, follow_symlinks=False)
+                else:
+                    continue
+                self._own(target)
+
     def own_tree(self, top: Path) -> None:
         if self.uid is None:
             return
@@ -140,7 +162,7 @@ class HostWorkspace:
         for d in missing:
             self._own(d)
 
-    def _own(self, path: Path) -> None:
+    def _own(self, path: str | Path) -> None:
         if self.uid is not None:
             os.lchown(path, self.uid, self.gid if self.gid is not None else self.uid)
 
@@ -175,3 +197,8 @@ def _check_member(name: str, dest: Path, archive: Path) -> None:
         raise SandboxError(
             f"archive {archive.name} member {name!r} would be written outside the workspace; refused"
         )
+
+
+def _is_empty(folder: Path) -> bool:
+    with os.scandir(folder) as entries:
+        return next(entries, None) is None
