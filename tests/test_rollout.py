@@ -61,3 +61,77 @@ async def test_an_unknown_agent_loop_fails_once_before_any_rollout(tmp_path: Pat
     settings = RolloutSettings(agent="no_such_loop")
     with pytest.raises(AgentError, match="no_such_loop"):
         await run_rollouts(task_groups([task], 2), ScriptedEngine(), contexts, settings)
+
+
+async def test_sandboxes_go_down_after_the_results_are_back_and_the_next_call_waits_for_them(
+    tmp_path: Path, tokenizer: Any
+) -> None:
+    import asyncio
+
+    from coderl.rollout.teardown import Teardowns
+    from coderl.sandbox import Sandbox
+    from coderl.types import Task
+
+    task = load_tasks(f"native:{make_native(tmp_path / 'tasks')}")[0]
+    cfg = load_config(overrides=["rollout.agent=swe", "rollout.max_turns=4"])
+    release = asyncio.Event()
+    closed: list[Sandbox] = []
+
+    class HeldClose(ContextFactory):
+        """The agents' sandboxes close only once the test says so (not the one that records the
+        snapshot's git baseline: the agents' wait for it)."""
+
+        async def make_sandbox(self, t: Task) -> Sandbox:
+            sb = await super().make_sandbox(t)
+            if t.repo == task.repo:
+                return sb
+            real_close = sb.close
+
+            async def held() -> None:
+                await release.wait()
+                await real_close()
+                closed.append(sb)
+
+            sb.close = held  # type: ignore[method-assign]
+            return sb
+
+    contexts = HeldClose(cfg.rollout, cfg.sandbox, ChatFormat(tokenizer))
+    settings = RolloutSettings(agent="swe", max_sandboxes=2, grade=True)
+    teardowns = Teardowns()
+    engine = ScriptedEngine(FIX, tokenizer, per_session=True)
+    results = await asyncio.wait_for(
+        run_rollouts(task_groups([task], 2), engine, contexts, settings, teardowns=teardowns), 120
+    )
+    assert [r.resolved for r in results] == [True, True]  # graded, patches in, while their sandboxes stay up
+    assert teardowns.pending == 2 and not closed
+
+    # the next call (bounds of its own) first waits for those tear-downs: nothing of it starts meanwhile
+    again = asyncio.ensure_future(
+        run_rollouts(task_groups([task], 1), engine, contexts, settings, teardowns=teardowns)
+    )
+    await asyncio.sleep(0.5)
+    assert not again.done() and len(engine.calls) == 2 * len(FIX)
+    release.set()
+    (r,) = await asyncio.wait_for(again, 120)
+    assert r.resolved and len(closed) >= 2
+    await teardowns.drain()
+    assert teardowns.pending == 0 and len(closed) == 3  # every sandbox went down, none left behind
+
+
+async def test_a_failing_tear_down_is_logged_and_frees_the_slot(caplog: pytest.LogCaptureFixture) -> None:
+    import asyncio
+
+    from coderl.rollout.teardown import Teardowns
+
+    freed: list[int] = []
+
+    async def broken() -> None:
+        raise OSError("umount failed")
+
+    async def fine() -> None:
+        await asyncio.sleep(0)
+
+    teardowns = Teardowns()
+    teardowns.defer([broken(), fine()], then=lambda: freed.append(1))
+    await teardowns.drain()
+    assert freed == [1] and teardowns.pending == 0 and "umount failed" in caplog.text

@@ -55,6 +55,9 @@ class AgentContext:
     tools: list[str] | None = None
     """The tools a tool-using loop offers, by name (None = all of its tools): a smaller set is a shorter
     prompt and fewer ways to go wrong for a small model."""
+    defer_close: Callable[[Awaitable[None]], None] | None = None
+    """Where a loop hands the closing of what it opened (its sandbox) once its trajectory is complete,
+    instead of awaiting it (see :mod:`coderl.rollout.teardown`); None: the loop awaits it."""
 
 
 class AgentLoop(abc.ABC):

@@ -89,7 +89,10 @@ class ToolLoop(AgentLoop):
                 patch = ""
             return builder.finish("error", patch=patch, error=f"{type(exc).__name__}: {exc}")
         finally:
-            await self.close()
+            if ctx.defer_close is not None:
+                ctx.defer_close(self.close())  # the trajectory is complete: its tear-down need not hold it
+            else:
+                await self.close()
 
     async def _turns(
         self,

@@ -4,7 +4,9 @@ per turn, and an honest real-model baseline on the bundled warmup and easy tiers
 Throughput: N rollouts of the ``swe`` loop run at once on real bwrap sandboxes against a scripted
 engine that answers every call after a fixed latency. Each rollout makes ``len(SCRIPT)`` calls, so
 with nothing else in the way a wave of N takes ``len(SCRIPT) * latency`` seconds: that is the ideal,
-and ``efficiency_N`` = ideal / measured wall time.
+and ``efficiency_N`` = ideal / measured wall time, until the last trajectory is back. Sandboxes are
+taken down after their results, as the trainer does (:mod:`coderl.rollout.teardown`): that time is
+not in the wall time, its CPU is in the machine CPU.
 
 Each level also records the CPU the whole machine spent (every sandbox process included) per rollout,
 and the wall time that CPU alone needs on this machine's cores: when that exceeds the ideal, the
@@ -30,6 +32,7 @@ from coderl.engine.scripted import ScriptedEngine
 from coderl.rollout.config import RolloutConfig
 from coderl.rollout.context import ContextFactory
 from coderl.rollout.runner import RolloutSettings, run_rollouts, task_groups
+from coderl.rollout.teardown import Teardowns
 from coderl.tasks import load_tasks
 from coderl.types import Task
 
@@ -81,9 +84,12 @@ async def bench_rollout(
             progress.update(bar, description=f"{n} concurrent rollouts (scripted engine, bwrap)")
             engine = ScriptedEngine(SCRIPT, tokenizer, latency, per_session=True)
             settings = RolloutSettings(agent="swe", max_engine_requests=n, max_sandboxes=n, grade=False)
+            teardowns = Teardowns()  # as the trainer does: sandboxes go down after their results are in
             cpu0, t0 = machine_busy_cpu_s(), time.perf_counter()
-            results = await run_rollouts(task_groups([task], n), engine, contexts, settings)
+            groups = task_groups([task], n)
+            results = await run_rollouts(groups, engine, contexts, settings, teardowns=teardowns)
             wall = time.perf_counter() - t0
+            await teardowns.drain()  # their CPU is counted, their time is not
             cpu1 = machine_busy_cpu_s()
             ideal = len(SCRIPT) * latency
             cpu_s = cpu1 - cpu0 if cpu0 is not None and cpu1 is not None else None
@@ -179,6 +185,8 @@ def to_markdown(r: dict[str, Any]) -> str:
 Command: `{r.get("command", "coderl bench rollout")}` — {m["cpu"]}, {m["cores"]} cores. Scripted engine answering every
 call after {r["latency_s"]} s; each rollout is the `swe` loop on a real bwrap sandbox making {r["turns_per_rollout"]} calls
 (view, search, str_replace, bash `ls`/`grep`, submit), so the latency-bound ideal of one wave is {r["turns_per_rollout"]} × {r["latency_s"]} s.
+The wall time ends with the last trajectory; the sandboxes are taken down after their results, as in
+training (off the critical path: their CPU is in the CPU column, their time is not in the wall time).
 
 | concurrent rollouts | wall (s) | ideal (s) | rollouts/s | ideal rollouts/s | efficiency | finished as scripted | machine CPU per rollout (ms) | CPU-bound ceiling |
 |---|---|---|---|---|---|---|---|---|

@@ -6,6 +6,8 @@ build contexts here, so a rollout runs the same way whichever command started it
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 from coderl.agents import AgentContext, AgentLimits, get_loop
 from coderl.agents.baseline import BaselineCache
 from coderl.chat import ChatFormat
@@ -57,7 +59,13 @@ class ContextFactory:
             fields["env"] = {**self.sandbox.env, **task.env}
         return await create_sandbox(self.sandbox.model_copy(update=fields))
 
-    def __call__(self, engine: Engine, group_id: str, baselines: BaselineCache) -> AgentContext:
+    def __call__(
+        self,
+        engine: Engine,
+        group_id: str,
+        baselines: BaselineCache,
+        defer_close: Callable[[Awaitable[None]], None] | None = None,
+    ) -> AgentContext:
         r = self.rollout
         return AgentContext(
             engine,
@@ -71,4 +79,5 @@ class ContextFactory:
             remote_command=r.remote_command,
             remote_timeout_s=r.remote_timeout_s,
             tools=r.tools,
+            defer_close=defer_close,
         )

@@ -13,13 +13,18 @@ the agent's, then the grader's) and ``grade_concurrency`` (grading runs at once)
 asynchronous mode rolls out group by group) share the same bounds. A rollout is graded as soon as its
 loop returns, so grading overlaps the generation of the others. One failing rollout is recorded with
 its error and never cancels the others.
+
+Given a :class:`~coderl.rollout.teardown.Teardowns`, a rollout's sandbox is taken down in the
+background once its trajectory is complete (overlapping its grading and, after the call returns, the
+caller's next work); the rollout's ``max_sandboxes`` slot is held until that tear-down ends, and a call
+with bounds of its own first waits for the tear-downs its predecessor left.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +35,7 @@ from coderl.engine.params import SamplingParams
 from coderl.rollout.config import RolloutConfig
 from coderl.rollout.context import ContextFactory
 from coderl.rollout.store import TrajectoryStore
+from coderl.rollout.teardown import Teardowns
 from coderl.sandbox import SandboxSpec
 from coderl.tasks.config import TasksConfig
 from coderl.tasks.grading import RewardMode, grade
@@ -128,11 +134,14 @@ async def run_rollouts(
     store: TrajectoryStore | None = None,
     on_done: Callable[[RolloutResult], None] | None = None,
     bounds: RolloutBounds | None = None,
+    teardowns: Teardowns | None = None,
 ) -> list[RolloutResult]:
     """Roll out every group's samples, grade each rollout as it finishes (``settings.grade``), label
     every sequence with its group and reward, store each; results in group order, then sample order.
     ``bounds`` (made for ``engine`` and ``settings``) is shared with other calls; by default the call
-    has its own."""
+    has its own. ``teardowns``: sandboxes are taken down in the background (module doc)."""
+    if teardowns is not None and bounds is None:  # shared bounds count the sandboxes still going down
+        await teardowns.drain()
     bounds = bounds or RolloutBounds(engine, settings)
     limited, alive, grading = bounds.engine, bounds.alive, bounds.grading
     baselines = BaselineCache()
@@ -140,11 +149,14 @@ async def run_rollouts(
 
     async def one(group: RolloutGroup, sample: int) -> RolloutResult:
         task = group.task
-        async with alive:
+        closes: list[Awaitable[None]] = []
+        await alive.acquire()
+        try:
             t0 = time.perf_counter()
             try:
                 loop = get_loop(settings.agent)  # a fresh instance per rollout: loops may keep state
-                traj = await loop.run(task, contexts(limited, group.group_id, baselines))
+                ctx = contexts(limited, group.group_id, baselines, closes.append if teardowns else None)
+                traj = await loop.run(task, ctx)
             except Exception as exc:  # a loop bug must not cancel the siblings
                 traj = Trajectory(
                     task_id=task.id, group_id=group.group_id, prompt_ids=[], exit_status="error",
@@ -157,6 +169,11 @@ async def run_rollouts(
             if settings.grade:
                 async with grading:
                     await _grade(result, task, contexts.sandbox, settings.reward)
+        finally:
+            if closes and teardowns is not None:
+                teardowns.defer(closes, then=alive.release)
+            else:
+                alive.release()
         if store is not None:
             store.add(traj, result.record())
         if on_done is not None:

@@ -52,6 +52,7 @@ from coderl.rollout.runner import (
     task_groups,
 )
 from coderl.rollout.store import TrajectoryStore
+from coderl.rollout.teardown import Teardowns
 from coderl.tasks.calibration import load_estimates, setting_key
 from coderl.tasks.split import train_and_held_out
 from coderl.threads import in_own_thread
@@ -103,6 +104,7 @@ class Trainer:
         self.ledger: SampledLedger | None = None
         self.producer: RolloutProducer | None = None  # train.mode=async: the rollouts run ahead
         self.remote: RayRollouts | None = None  # cluster.backend=ray: the rollout workers
+        self.teardowns = Teardowns()  # rollouts' sandboxes going down in the background (drained at close)
         self.replicas: RayEngines | None = None  # cluster.engine_replicas: launched engine servers
         self._ray_started = False  # this run started a local Ray cluster (and shuts it down)
         self.contexts: ContextFactory | None = None
@@ -198,6 +200,7 @@ class Trainer:
         return train, held
 
     async def close(self) -> None:
+        await self.teardowns.drain()  # the last rollouts' sandboxes, taken down in the background
         if self.remote is not None:
             await self.remote.stop()
             self.remote = None
@@ -417,7 +420,9 @@ class Trainer:
         if self.remote is not None:
             results = await self.remote.run([group])
         else:
-            results = await run_rollouts([group], self.ledger, self.contexts, self.settings, bounds=bounds)
+            results = await run_rollouts(
+                [group], self.ledger, self.contexts, self.settings, bounds=bounds, teardowns=self.teardowns
+            )
         for r in results:  # the engine's version counter -> the run's (see _rollout)
             r.trajectory.label(version_offset=self.version - self._engine_base)
         return results
@@ -450,8 +455,9 @@ class Trainer:
                     self.contexts if temperature is None else self.contexts.with_temperature(temperature)
                 )
                 results = await run_rollouts(
-                    groups, self.ledger, contexts, self.settings, on_done=lambda _: progress.advance(bar)
-                )
+                    groups, self.ledger, contexts, self.settings, on_done=lambda _: progress.advance(bar),
+                    teardowns=self.teardowns,
+                )  # fmt: skip
         finally:
             progress.remove_task(bar)
         for r in results:  # the engine's version counter -> the run's
