@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import sysconfig
@@ -36,9 +37,14 @@ def test_a_virtualenv_under_tmp_is_the_sandboxes_python(tmp_path: Path) -> None:
     tool = venv / "bin" / "venv-tool"
     tool.write_text(f"#!{venv}/bin/python3\nimport venv_marker\nprint(venv_marker.WHERE)\n")
     tool.chmod(0o755)
+    # The probe imports coderl: from this test's environment, which the new virtualenv does not see when
+    # it is itself a virtualenv (--system-site-packages reaches the base interpreter's packages only).
+    # The sandbox clears the environment, so this does not reach the command it runs.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
     out = subprocess.run(
-        [str(venv / "bin" / "python"), "-c", PROBE], capture_output=True, text=True, timeout=120, cwd=tmp_path
-    )
+        [str(venv / "bin" / "python"), "-c", PROBE],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env,
+    )  # fmt: skip
     assert out.returncode == 0, out.stderr
     stdout, code, stderr = out.stdout.strip().split("|")
     assert stdout == repr(f"{venv}\n"), stderr  # the script ran on the virtualenv's interpreter and packages
