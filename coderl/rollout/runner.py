@@ -155,7 +155,8 @@ async def run_rollouts(
             t0 = time.perf_counter()
             try:
                 loop = get_loop(settings.agent)  # a fresh instance per rollout: loops may keep state
-                ctx = contexts(limited, group.group_id, baselines, closes.append if teardowns else None)
+                defer = closes.append if teardowns is not None else None
+                ctx = contexts(limited, group.group_id, baselines, defer)
                 traj = await loop.run(task, ctx)
             except Exception as exc:  # a loop bug must not cancel the siblings
                 traj = Trajectory(
