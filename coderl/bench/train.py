@@ -207,8 +207,11 @@ def to_markdown(r: dict[str, Any]) -> str:
     if step:
         lines += [
             "",
-            f"One step of `coderl train` with the packaged defaults ({step['samples']} samples, "
-            f"{step['train_tokens']:.0f} trained-on tokens incl. prompts, {step['step_s']:.0f} s):",
+            f"One RL step of `coderl train` with the packaged defaults, the warm start and validation off "
+            f"({step['samples']} samples, {step['train_tokens']:.0f} trained-on tokens incl. prompts, "
+            f"{step['step_s']:.0f} s). The model is the untrained one, whose answers mostly run to their "
+            "token limits, so its rollout stage is longer than a step's after the warm start (the README "
+            "gives the main job's own step times):",
             "",
             "| stage | seconds |",
             "|---|---|",
