@@ -133,6 +133,24 @@ async def test_editor_tools(task: Task, tokenizer: Any) -> None:
     assert "+x = 1" in traj.patch and "y = 2" not in traj.patch  # the insert was undone
 
 
+async def test_search_and_find_file_run_without_a_shell_and_keep_the_first_lines(
+    task: Task, tokenizer: Any
+) -> None:
+    odd = "-n 'q\" $(x)"  # looks like an option, holds both quotes and a substitution: taken literally
+    (task.repo / "many.py").write_text("".join(f"v{i} = '{odd}'\n" for i in range(60)))
+    engine = ScriptedChatEngine(tokenizer, [
+        call("search", text=odd),
+        call("search", text="no such text anywhere"),
+        call("find_file", pattern="*.nothing"),
+        call("submit"),
+    ])  # fmt: skip
+    traj = await get_loop("swe").run(task, ctx_for(engine, tokenizer, max_tool_output_chars=100_000))
+    text = tokenizer.decode(traj.response_ids)
+    hits = [line for line in text.splitlines() if line.startswith("./many.py:")]
+    assert [h.split(":")[1] for h in hits] == [str(i) for i in range(1, 51)]  # the first 50, as head kept
+    assert "No matches for 'no such text anywhere'." in text and "No files match '*.nothing'." in text
+
+
 async def test_single_turn_and_registry(task: Task, tokenizer: Any) -> None:
     diff = "```diff\n" + (task.gold_patch or "") + "```"
     engine = ScriptedChatEngine(tokenizer, [diff])

@@ -84,6 +84,7 @@ class ScriptedEngine(Engine):
         self.calls: list[ScriptedCall] = []
         self.running = 0
         self._per_session_calls: dict[str, int] = {}
+        self._encoded: dict[str, list[int]] = {}
 
     # ------------------------------------------------------------------ the Engine contract
     async def start(self) -> None:
@@ -181,7 +182,10 @@ class ScriptedEngine(Engine):
         if isinstance(reply, str):
             if self.tokenizer is None or self.end_id is None:
                 raise EngineError("a text reply needs the scripted engine's tokenizer (with an end token)")
-            return [*self.tokenizer.encode(reply, add_special_tokens=False), self.end_id]
+            ids = self._encoded.get(reply)
+            if ids is None:  # once per text: the engine this stands in for spends its CPU elsewhere
+                ids = self._encoded[reply] = [*self.tokenizer.encode(reply, add_special_tokens=False), self.end_id]
+            return list(ids)
         if callable(reply):
             return list(reply(prompt_ids, params))
         return list(reply)

@@ -7,7 +7,9 @@ read-only; the host Python read-only at its own path; the workspace read-write a
 private /tmp; no host environment. Each exec runs ``prlimit <limits> -- bash -c CMD`` through the
 agent, which afterwards kills every other process in the PID namespace, so nothing outlives an
 exec; ``close()`` kills the namespace itself. Namespaces are made once per sandbox, not per exec:
-creating and tearing them down is serialised in the kernel and would cap throughput.
+creating and tearing them down is serialised in the kernel and would cap throughput. Run as root,
+every sandbox's processes share one CPU-weight group (cpugroup.py), so that they cannot starve
+coderl itself.
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ import contextlib
 import os
 import shutil
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from coderl.errors import SandboxError
 from coderl.sandbox.agent import AgentDied, AgentProcess
 from coderl.sandbox.agent_src import AGENT_SOURCE
 from coderl.sandbox.base import ExecResult, SandboxSpec, relative_path
+from coderl.sandbox.cpugroup import enter_prefix
 from coderl.sandbox.hostfs import HostWorkspace
 from coderl.sandbox.hostsetup import (
     UidLease,
@@ -37,7 +39,7 @@ from coderl.sandbox.hostsetup import (
     sweep_stale_workspaces,
 )
 from coderl.sandbox.local import LocalSandbox
-from coderl.sandbox.runner import EXEC_POOL, Limits, run_limited
+from coderl.sandbox.runner import Limits, run_limited
 
 _TMP_MB = 256
 
@@ -68,8 +70,8 @@ class BwrapSandbox(LocalSandbox):
         self._agent_argv: list[str] = []
         self._oneshot_prefix: list[str] = []
         self._agent: AgentProcess | None = None
-        self._agent_lock = threading.Lock()
-        self._warming: asyncio.Future[None] | None = None
+        self._agent_lock = asyncio.Lock()
+        self._warming: asyncio.Task[None] | None = None
         self._execs = 0
 
     def _create_workspace(self) -> HostWorkspace:
@@ -87,13 +89,22 @@ class BwrapSandbox(LocalSandbox):
             ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"] if uid is not None else []
         )
         sandbox = [bwrap, *self._bwrap_args(path)]
-        self._oneshot_prefix = [*drop, *self._limits().prlimit_args(), *sandbox]
-        self._agent_argv = [*drop, *sandbox, *self._env(None), "--chdir", self.spec.workdir, "--",
+        group = enter_prefix() if self.spec.cpu_group else []
+        self._oneshot_prefix = [*group, *drop, *self._limits().prlimit_args(), *sandbox]
+        self._agent_argv = [*group, *drop, *sandbox, *self._env(None), "--chdir", self.spec.workdir, "--",
                             agent_python(), "-I", "-S", "-c", AGENT_SOURCE]  # fmt: skip
         return HostWorkspace(path, uid, uid)
 
+    async def _stop_processes(self) -> None:
+        warming, self._warming = self._warming, None
+        if warming is not None and not warming.done():
+            warming.cancel()  # an agent still starting is killed by its own start
+        if warming is not None:
+            with contextlib.suppress(BaseException):
+                await warming
+        await self._drop_agent()
+
     def _destroy_workspace(self, ws: HostWorkspace) -> None:
-        self._kill_agent()  # waits for an agent still starting in the background
         remove_tree(ws.root)
         if self._lease is not None:
             self._lease.release()
@@ -161,7 +172,6 @@ class BwrapSandbox(LocalSandbox):
             "cap": self.spec.max_output_bytes,
             "limits": self._limits().prlimit_args(),
         }
-        loop = asyncio.get_running_loop()
         async with self._lock:
             self._execs += 1
             if self._execs == 1 and self._warming is None:
@@ -185,38 +195,45 @@ class BwrapSandbox(LocalSandbox):
                 if result.exit_code == 1 and result.stderr.startswith("bwrap:"):
                     raise SandboxError(f"bwrap failed to start the sandbox: {result.stderr.strip()}")
                 return result
-            call = loop.run_in_executor(EXEC_POOL, self._call, request, limit + 30)
             try:
-                return await asyncio.shield(call)
+                return await self._call(request, limit + 30)
             except asyncio.CancelledError:
-                self._kill_agent()  # the whole PID namespace goes with it
-                with contextlib.suppress(Exception):
-                    await call
+                agent, self._agent = self._agent, None
+                if agent is not None:
+                    agent.kill_in_background()  # the whole PID namespace goes with it
                 raise
 
     async def warm(self) -> None:
         if self._warming is None and not self._closed and self._ws is not None:
-            self._warming = asyncio.get_running_loop().run_in_executor(EXEC_POOL, self._warm_agent)
+            self._warming = asyncio.get_running_loop().create_task(self._warm_agent())
 
-    def _warm_agent(self) -> None:
+    async def _warm_agent(self) -> None:
         with contextlib.suppress(Exception):  # a failed start is retried (and reported) by the next exec
-            self._ensure_agent()
+            await self._ensure_agent()
 
-    def _ensure_agent(self) -> AgentProcess:
-        with self._agent_lock:
-            if self._agent is None or not self._agent.alive:
+    async def _ensure_agent(self) -> AgentProcess:
+        async with self._agent_lock:
+            if self._agent is not None and not self._agent.alive:
+                await self._drop_agent()
+            if self._agent is None:
                 if self._closed:
                     raise SandboxError(f"sandbox {self.id} is closed")
-                self._agent = AgentProcess(self._agent_argv)
+                self._agent = await AgentProcess.start(self._agent_argv)
             return self._agent
 
-    def _call(self, request: dict[str, Any], deadline_s: float) -> ExecResult:
-        """In a worker thread: (re)start the agent if needed and run one request through it."""
-        agent = self._ensure_agent()
+    async def _drop_agent(self) -> None:
+        agent, self._agent = self._agent, None
+        if agent is not None:
+            agent.kill()
+            await agent.wait()
+
+    async def _call(self, request: dict[str, Any], deadline_s: float) -> ExecResult:
+        """(Re)start the agent if needed and run one request through it."""
+        agent = await self._ensure_agent()
         try:
-            return agent.call(request, deadline_s)
+            return await agent.call(request, deadline_s)
         except AgentDied:
-            self._kill_agent()
+            await self._drop_agent()
             return ExecResult(
                 exit_code=-9,
                 stdout="",
@@ -224,9 +241,3 @@ class BwrapSandbox(LocalSandbox):
                 "it ran past its time limit); the workspace is kept and the next command starts afresh",
                 timed_out=True,
             )
-
-    def _kill_agent(self) -> None:
-        with self._agent_lock:
-            if self._agent is not None:
-                self._agent.kill()
-                self._agent = None

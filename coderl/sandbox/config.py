@@ -37,6 +37,10 @@ class SandboxSpec(Section):
     """Size of the workspace (a tmpfs of this size where the backend can mount one)."""
     max_output_bytes: int = Field(1 << 20, ge=1024)
     """Bytes of stdout and of stderr kept per exec; the rest is dropped and the result marked truncated."""
+    cpu_group: bool = True
+    """Run the sandbox's processes in the host-wide cgroup `coderl-sandboxes` (root with a writable cpu
+    controller only; elsewhere ignored): all sandboxes together weigh one process, so busy commands cannot
+    starve coderl's own loop (bwrap)."""
     network: bool = False
     """Give the sandbox network access (off: no interfaces but its own loopback)."""
     env: dict[str, str] = {}

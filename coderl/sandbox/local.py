@@ -81,8 +81,13 @@ class LocalSandbox(Sandbox, abc.ABC):
             return
         self._closed = True
         async with self._lock:  # waits for a running exec, which kills its own process tree
+            await self._stop_processes()
             if self._ws is not None:
                 await _in_pool(self._destroy_workspace, self._ws)
+
+    async def _stop_processes(self) -> None:
+        """Stop what still runs in the sandbox before its workspace goes (bwrap: its exec agent)."""
+        return None
 
     def _require(self) -> HostWorkspace:
         if self._closed:

@@ -1,0 +1,98 @@
+"""The bwrap backend's own machinery: its exec agent on the event loop, and the CPU-weight group."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import sys
+from pathlib import Path
+from types import FrameType
+
+import pytest
+
+from coderl.sandbox import SandboxSpec, create_sandbox
+from coderl.sandbox import agent as agent_module
+from coderl.sandbox.bwrap import BwrapSandbox
+from coderl.sandbox.cpugroup import _v1_parent, _v2_parent, sandbox_group
+
+pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+
+
+async def test_a_cancelled_command_ends_its_namespace_and_the_next_starts_afresh() -> None:
+    async with await create_sandbox(SandboxSpec()) as sb:
+        await sb.warm()  # the agent, not a one-shot first command
+        running = asyncio.create_task(sb.exec("echo here > /tmp/mark; sleep 30"))
+        await asyncio.sleep(0.5)
+        running.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await running
+        r = await sb.exec("cat /tmp/mark 2>/dev/null || echo fresh")  # /tmp is the namespace's own
+        assert (r.exit_code, r.stdout) == (0, "fresh\n")
+
+
+async def test_a_command_that_kills_the_agent_is_reported_and_the_next_starts_afresh() -> None:
+    async with await create_sandbox(SandboxSpec()) as sb:
+        await sb.warm()
+        r = await sb.exec("kill -9 $PPID; sleep 5")  # its parent is the exec agent
+        assert r.exit_code == -9 and r.timed_out and "namespace ended" in r.stderr
+        assert (await sb.exec("echo again")).stdout == "again\n"
+
+
+def _threads_waiting_on_an_agent() -> int:
+    agent_file = str(Path(agent_module.__file__ or "").resolve())
+    waiting = 0
+    for frame in sys._current_frames().values():
+        f: FrameType | None = frame
+        while f is not None and str(Path(f.f_code.co_filename).resolve()) != agent_file:
+            f = f.f_back
+        waiting += f is not None
+    return waiting
+
+
+async def test_commands_in_flight_hold_no_thread() -> None:
+    sandboxes = [await create_sandbox(SandboxSpec()) for _ in range(16)]
+    try:
+        await asyncio.gather(*(sb.warm() for sb in sandboxes))
+        running = [asyncio.create_task(sb.exec("sleep 1; echo done")) for sb in sandboxes]
+        await asyncio.sleep(0.5)
+        assert _threads_waiting_on_an_agent() == 0  # it was one pool thread per command in flight
+        results = await asyncio.gather(*running)
+        assert [r.stdout for r in results] == ["done\n"] * 16
+    finally:
+        await asyncio.gather(*(sb.close() for sb in sandboxes))
+
+
+async def test_a_sandbox_runs_in_the_cpu_group_where_one_can_be_made() -> None:
+    procs = sandbox_group()
+    if procs is None:
+        pytest.skip("no CPU-weight group here (needs root and a writable cpu cgroup controller)")
+    for grouped in (True, False):
+        async with await create_sandbox(SandboxSpec(cpu_group=grouped)) as sb:
+            await sb.warm()  # the agent, not a one-shot first command
+            assert (await sb.exec("true")).ok
+            assert isinstance(sb, BwrapSandbox) and sb._agent is not None
+            members = procs.read_text().split()
+            assert (str(sb._agent.proc.pid) in members) is grouped
+
+
+def test_the_group_sits_in_this_process_cpu_cgroup_v1(tmp_path: Path) -> None:
+    (tmp_path / "cpu" / "job").mkdir(parents=True)
+    mounts = (
+        f"cgroup {tmp_path}/cpuset cgroup rw,cpuset 0 0\n"
+        f"cgroup {tmp_path}/cpu cgroup rw,nosuid,cpu,cpuacct 0 0\n"
+    )
+    own = "5:cpuset:/\n3:cpu,cpuacct:/job\n0::/\n"
+    assert _v1_parent(mounts, own) == tmp_path / "cpu" / "job"
+    assert _v1_parent(mounts.replace("cpu,cpuacct", "cpuacct"), own) is None  # no cpu controller
+    assert _v1_parent(mounts, own.replace("/job", "/gone")) is None
+
+
+def test_the_group_sits_at_the_v2_root_with_cpu_turned_on(tmp_path: Path) -> None:
+    mounts = f"cgroup2 {tmp_path} cgroup2 rw 0 0\n"
+    (tmp_path / "cgroup.controllers").write_text("cpuset io memory pids\n")
+    assert _v2_parent(mounts) is None  # the cpu controller is not available
+    (tmp_path / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
+    (tmp_path / "cgroup.subtree_control").write_text("memory\n")
+    assert _v2_parent(mounts) == tmp_path
+    assert (tmp_path / "cgroup.subtree_control").read_text() == "+cpu"  # turned on for the children
+    assert _v2_parent("") is None
