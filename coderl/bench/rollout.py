@@ -33,6 +33,7 @@ from coderl.rollout.config import RolloutConfig
 from coderl.rollout.context import ContextFactory
 from coderl.rollout.runner import RolloutSettings, run_rollouts, task_groups
 from coderl.rollout.teardown import Teardowns
+from coderl.sandbox.cpugroup import sandbox_group
 from coderl.tasks import load_tasks
 from coderl.types import Task
 
@@ -118,6 +119,7 @@ async def bench_rollout(
             out["model_eval"] = await _model_eval(cfg, quick)
             progress.advance(bar)
     out["turn_overhead_p50_ms"] = 1000 * percentile(overheads, 50)
+    out["sandbox_cpu_group"] = cfg.sandbox.cpu_group and sandbox_group() is not None
     out["machine"] = machine_info()
     return out
 
@@ -187,6 +189,7 @@ call after {r["latency_s"]} s; each rollout is the `swe` loop on a real bwrap sa
 (view, search, str_replace, bash `ls`/`grep`, submit), so the latency-bound ideal of one wave is {r["turns_per_rollout"]} × {r["latency_s"]} s.
 The wall time ends with the last trajectory; the sandboxes are taken down after their results, as in
 training (off the critical path: their CPU is in the CPU column, their time is not in the wall time).
+Sandboxes in the shared CPU-weight group (`sandbox.cpu_group`, root only): {"yes" if r.get("sandbox_cpu_group") else "no"}.
 
 | concurrent rollouts | wall (s) | ideal (s) | rollouts/s | ideal rollouts/s | efficiency | finished as scripted | machine CPU per rollout (ms) | CPU-bound ceiling |
 |---|---|---|---|---|---|---|---|---|
