@@ -97,11 +97,9 @@ class BwrapSandbox(LocalSandbox):
 
     async def _stop_processes(self) -> None:
         warming, self._warming = self._warming, None
-        if warming is not None and not warming.done():
-            warming.cancel()  # an agent still starting is killed by its own start
         if warming is not None:
-            with contextlib.suppress(BaseException):
-                await warming
+            warming.cancel()  # an agent still starting is killed by its own start
+            await asyncio.wait([warming])  # its outcome is not ours to raise; our own cancel still is
         await self._drop_agent()
 
     def _destroy_workspace(self, ws: HostWorkspace) -> None:
