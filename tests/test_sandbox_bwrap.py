@@ -38,6 +38,16 @@ async def test_a_command_that_kills_the_agent_is_reported_and_the_next_starts_af
         assert (await sb.exec("echo again")).stdout == "again\n"
 
 
+async def test_a_command_that_closes_its_output_is_waited_for_to_its_exit() -> None:
+    async with await create_sandbox(SandboxSpec()) as sb:
+        await sb.warm()
+        r = await sb.exec("exec >&- 2>&-; sleep 0.3; exit 4")  # output closed long before the exit
+        assert (r.exit_code, r.timed_out) == (4, False) and r.duration_s >= 0.3
+        r = await sb.exec("exec >&- 2>&-; sleep 30", timeout=0.5)
+        assert r.timed_out and r.duration_s < 5
+        assert (await sb.exec("echo on")).stdout == "on\n"
+
+
 def _threads_waiting_on_an_agent() -> int:
     agent_file = str(Path(agent_module.__file__ or "").resolve())
     waiting = 0

@@ -88,7 +88,16 @@ def run(req):
     for fd in bufs:
         poller.register(fd, select.POLLIN | select.POLLHUP)
     open_fds = set(bufs)
-    while open_fds:
+    # The command's exit is a descriptor too (a pidfd, Linux 5.3+): it is noticed the moment it
+    # happens, not at the next turn of a sleep. Output closed is not the end (coreutils close
+    # stdout/stderr *before* exiting, and a command may go on with its output closed), and the end is
+    # not output closed (a background child may hold the pipes): 0.2 s after the exit, stop reading.
+    try:
+        pidfd = os.pidfd_open(pid)
+        poller.register(pidfd, select.POLLIN)
+    except (AttributeError, OSError):
+        pidfd = -1
+    while True:
         now = time.monotonic()
         if not timed_out and now - start > req["timeout"]:
             timed_out = True
@@ -97,9 +106,18 @@ def run(req):
             done, status = os.waitpid(pid, os.WNOHANG)
             if done:
                 code, exited = exit_code(status), now
-        if exited is not None and now - exited > 0.2:
+                if pidfd >= 0:
+                    poller.unregister(pidfd)
+                    os.close(pidfd)
+                    pidfd = -1
+        if code is not None and (not open_fds or now - exited > 0.2):
             break
-        for fd, _ in poller.poll(100 if exited is None else 20):
+        if code is None and not open_fds and pidfd < 0:
+            time.sleep(0.005)  # no pidfd to wait on (an old kernel): look again shortly
+            continue
+        for fd, _ in poller.poll(100 if code is None else 20):
+            if fd == pidfd:
+                continue  # the exit: collected at the top of the loop
             data = os.read(fd, 65536)
             if not data:
                 poller.unregister(fd)
@@ -110,18 +128,6 @@ def run(req):
             if room > 0:
                 buf += data[:room]
             dropped += max(0, len(data) - max(room, 0))
-    # Output closed is not the end: coreutils close stdout/stderr at exit *before* exiting, and a
-    # command may go on with its output closed. Wait for it until its time limit, then kill.
-    while code is None:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            code = exit_code(status)
-        elif time.monotonic() - start > req["timeout"]:
-            timed_out = True
-            kill_all()
-            code = exit_code(os.waitpid(pid, 0)[1])
-        else:
-            time.sleep(0.005)
     kill_all()
     reap()
     os.close(r_out)
