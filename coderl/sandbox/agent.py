@@ -60,26 +60,24 @@ class AgentProcess:
         assert proc.stdin is not None and proc.stdout is not None
         loop = asyncio.get_running_loop()
         reader = asyncio.StreamReader()
-        transports: list[asyncio.BaseTransport] = []
-        agent: AgentProcess | None = None
+        transports: list[asyncio.BaseTransport] = []  # filled as they connect; kill() closes what is there
+        agent = cls(proc, reader, transports)
         try:
             out, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), proc.stdout)
             transports.append(out)
             into, _ = await loop.connect_write_pipe(asyncio.BaseProtocol, proc.stdin)
             transports.append(into)
-            agent = cls(proc, reader, transports)
             await agent._read_frame(timeout_s)
             return agent
         except AgentDied:
-            (agent or cls(proc, reader, transports)).kill()
+            agent.kill()
             await _reaped(proc, close_stderr=False)
             assert proc.stderr is not None
             with proc.stderr:  # every writer is gone: read to its end without waiting
                 err = proc.stderr.read().decode(errors="replace")
             raise SandboxError(f"the sandbox did not start: {err.strip()[-800:] or 'no output'}") from None
         except BaseException:  # cancelled (the sandbox closed while its agent started), or worse
-            (agent or cls(proc, reader, transports)).kill()
-            _reap_later(proc)
+            agent.kill_in_background()
             raise
 
     @property
