@@ -193,14 +193,18 @@ async def test_update_waits_for_running_requests(
     assert c.policy_version == v0 and version == v0 + 1 and len(c.token_ids) == 24
 
 
+@pytest.mark.parametrize("decode_attention", ["per_sequence", "batched"])
 async def test_an_interrupting_update_moves_running_requests_to_the_new_weights(
-    hf_model: Any, chat_prompts: list[list[int]]
+    hf_model: Any, chat_prompts: list[list[int]], decode_attention: str
 ) -> None:
     """engine.update_mode=interrupt (partial rollouts): the update applies mid-request; the tokens
     before it are the old weights' samples, the ones after the new weights', each with its version."""
     import copy
 
-    eng = EmbeddedEngine(EngineConfig(max_batch_size=4, prefill_chunk=64, update_mode="interrupt"), ModelConfig())
+    eng = EmbeddedEngine(
+        EngineConfig(max_batch_size=4, prefill_chunk=64, update_mode="interrupt", decode_attention=decode_attention),
+        ModelConfig(),
+    )
     await eng.start()
     try:
         prompt = chat_prompts[2]

@@ -45,6 +45,13 @@ def _engine(cfg: Config, ns: argparse.Namespace, console: Console) -> dict[str, 
     return asyncio.run(bench_engine(cfg, quick=ns.quick, console=console))
 
 
+def _engine_cuda(cfg: Config, ns: argparse.Namespace, console: Console) -> dict[str, Any]:
+    from coderl.bench.engine_cuda import bench_engine_cuda
+
+    modes = tuple(m.strip() for m in ns.modes.split(",") if m.strip())
+    return asyncio.run(bench_engine_cuda(cfg, quick=ns.quick, console=console, modes=modes))
+
+
 def _sandbox(cfg: Config, ns: argparse.Namespace, console: Console) -> dict[str, Any]:
     from coderl.bench.sandbox import bench_sandbox
 
@@ -102,6 +109,21 @@ SCALE_RUN = ["train.val_tasks=none", "sft.before_rl=false", "train.save_every=10
 BENCHES: dict[str, Bench] = {
     "engine": Bench(
         "engine throughput, TTFT and prefix-cache speedup vs Hugging Face generate", "engine", _engine
+    ),
+    "engine-cuda": Bench(
+        "the embedded engine on a GPU (each decode mode) vs Hugging Face generate batched, at 1/8/64 concurrent",
+        "engine_cuda",
+        _engine_cuda,
+        [
+            (
+                "--modes",
+                {
+                    "default": "graphs,batched,per_sequence",
+                    "help": "decode modes to measure, comma-separated; the first is compared with HF "
+                    "(default graphs,batched,per_sequence)",
+                },
+            )
+        ],
     ),
     "sandbox": Bench("sandbox create/exec/close latency, throughput and grading time", "sandbox", _sandbox),
     "rollout": Bench(

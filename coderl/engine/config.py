@@ -50,6 +50,16 @@ class EngineConfig(Section):
     rollouts: each token's version is in Completion.token_versions)."""
     prefix_cache_mb: int = Field(2048, ge=0)
     """Memory bound of the per-session KV prefix cache (LRU); 0 disables prefix caching."""
+    decode_attention: Literal["auto", "per_sequence", "batched"] = "auto"
+    """Embedded engines: how decoding requests attend. batched = the running requests' KV lives in the
+    rows of one tensor (each padded to the longest sequence so far, kept while the engine runs) and one
+    attention call per layer serves them all, the fast way on a GPU, where a call per request is bound
+    by kernel launches; per_sequence = each
+    request keeps a cache of its own and attends alone (no padding); auto = batched on CUDA,
+    per_sequence elsewhere."""
+    cuda_graphs: bool = True
+    """Embedded engines on CUDA with batched decode attention: replay decode-only steps as CUDA graphs,
+    captured on first use per batch-size and attended-length bucket (powers of two)."""
     max_model_len: int | None = Field(None, ge=16)
     """Longest prompt + completion in tokens; default the model's max_position_embeddings."""
     request_timeout_s: float = Field(600.0, gt=0)

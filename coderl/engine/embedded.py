@@ -8,6 +8,10 @@ removes requests. So requests join and leave the batch at every step.
 
 With a ``session_id``, a request's KV cache is kept after it finishes (LRU, ``prefix_cache_mb``); the
 session's next prompt reuses the longest common prefix and prefills only the new tokens.
+
+With ``decode_attention=batched`` (the default on CUDA) the running requests' KV lives in the rows of
+one tensor, so the decode step attends for all of them in one call, and on CUDA a step in which every
+request decodes is replayed as a CUDA graph (``cuda_graphs``).
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Mapping, Sized
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,9 +32,9 @@ import torch
 
 from coderl.engine.base import Engine, TokenSink
 from coderl.engine.config import EngineConfig, ModelConfig
-from coderl.engine.kv_cache import PrefixCache, SequenceKV, common_prefix
+from coderl.engine.kv_cache import KVRows, PrefixCache, SequenceKV, common_prefix
 from coderl.engine.params import SamplingParams
-from coderl.engine.runner import Chunk, ModelRunner
+from coderl.engine.runner import Chunk, DecodeStep, ModelRunner
 from coderl.engine.sampler import SampleRequest, sample
 from coderl.engine.stops import StopWatch
 from coderl.engine.weights import load_weights
@@ -107,6 +111,8 @@ class EmbeddedEngine(Engine):
         self._running: list[_Request] = []
         self._updates: deque[_WeightUpdate] = deque()
         self._prefix = PrefixCache(engine.prefix_cache_mb * 2**20)
+        self._rows: KVRows | None = None
+        self._decode_step: DecodeStep | None = None
         self._thread: threading.Thread | None = None
         self._stopping = False
         self._slots: asyncio.Semaphore | None = None
@@ -147,8 +153,22 @@ class EmbeddedEngine(Engine):
         self.eos_token_ids = frozenset(_eos_ids(model, self._tokenizer))
         limit = self._runner.max_position
         self.max_model_len = min(self.cfg.max_model_len or limit, limit)
+        mode = self.cfg.decode_attention
+        if mode == "batched" or (mode == "auto" and self._runner.device.type == "cuda"):
+            self._rows = KVRows(self._runner.layout(), self.cfg.max_batch_size, self.max_model_len)
+            if self.cfg.cuda_graphs and self._runner.device.type == "cuda":
+                from coderl.engine.cuda_graphs import DecodeGraphs
+
+                self._decode_step = DecodeGraphs(self._runner, self._rows)
         log.info(
-            "%s: %s on %s (%s), policy v%d", self.name, self.checkpoint.name, device, self.model_cfg.dtype, 0
+            "%s: %s on %s (%s, %s decode attention%s), policy v%d",
+            self.name,
+            self.checkpoint.name,
+            device,
+            self.model_cfg.dtype,
+            "batched" if self._rows is not None else "per-sequence",
+            ", CUDA graphs" if self._decode_step is not None else "",
+            0,
         )
 
     async def stop(self) -> None:
@@ -197,6 +217,9 @@ class EmbeddedEngine(Engine):
                 "prefix_cache_mb": self._prefix.nbytes / 2**20,
                 "prefix_cache_hits": self._prefix.hits,
                 "prefix_cache_misses": self._prefix.misses,
+                "decode_attention": "batched" if self._rows is not None else "per_sequence",
+                "kv_rows_capacity": self._rows.capacity if self._rows is not None else 0,
+                "cuda_graphs": len(self._decode_step) if isinstance(self._decode_step, Sized) else 0,
                 **self._counters,
             }
 
@@ -330,6 +353,8 @@ class EmbeddedEngine(Engine):
                             req.loop, req.future, error=EngineError(f"{self.name}: forward failed: {exc}")
                         )
                     self._running.clear()
+                    if self._rows is not None:
+                        self._rows.release_all()
         self._fail_all(EngineUnavailableError(f"{self.name} stopped"))
 
     def _drop_cancelled(self) -> None:
@@ -348,6 +373,8 @@ class EmbeddedEngine(Engine):
             # reuse the common prefix, but always leave one prompt token to compute the next logits from
             keep = min(common_prefix(kv.tokens, req.prompt), len(req.prompt) - 1)
             kv.truncate(keep)
+            if self._rows is not None:
+                self._rows.bind(kv)
             req.kv = kv
             req.cached_tokens = keep
             req.policy_version = self._version
@@ -373,7 +400,7 @@ class EmbeddedEngine(Engine):
             chunks.append(Chunk(req.kv, take, want_logits=len(take) == len(pending)))
             owners.append(req)
             self._counters["prefill_tokens"] += len(take)
-        logits = self.runner.forward(chunks)
+        logits = self.runner.forward(chunks, self._decode_step)
         samplers = [o for o, c in zip(owners, chunks, strict=True) if c.want_logits]
         tokens, logprobs = sample(logits, [SampleRequest(r.params, r.generator) for r in samplers])
         now = time.perf_counter()
@@ -404,9 +431,12 @@ class EmbeddedEngine(Engine):
     def _finish(
         self, req: _Request, reason: str, stop_token: int | None = None, stop_str: str | None = None
     ) -> None:
-        if req.kv is not None and req.session_id and reason != "abort":
-            self._prefix.put(req.session_id, req.kv)
-        req.kv = None
+        kv, req.kv = req.kv, None
+        keep = kv is not None and bool(req.session_id) and reason != "abort" and self._prefix.enabled
+        if kv is not None and kv.rows is not None:
+            kv.rows.release(kv, keep)  # a kept sequence leaves its row with a copy of its own
+        if keep and kv is not None and req.session_id:
+            self._prefix.put(req.session_id, kv)
         now = time.perf_counter()
         self._counters["requests"] += 1
         self._counters["cached_tokens"] += req.cached_tokens
@@ -448,6 +478,8 @@ class EmbeddedEngine(Engine):
             self._waiting.clear()
             self._running.clear()
             self._updates.clear()
+            if self._rows is not None:
+                self._rows.release_all()
         for item in items:
             _resolve(item.loop, item.future, error=error)
 

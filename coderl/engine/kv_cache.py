@@ -1,4 +1,12 @@
-"""Per-sequence KV caches and the per-session prefix cache (LRU, bounded in bytes)."""
+"""Per-sequence KV caches, the running batch's rows of KV, and the per-session prefix cache (LRU,
+bounded in bytes).
+
+A sequence's cache is either a tensor of its own (``decode_attention=per_sequence``: each sequence
+grows its own, and attention runs per sequence) or a row of :class:`KVRows`, one tensor holding every
+running sequence (``batched``: the decode step attends over all rows in one call). In both cases
+``SequenceKV.data`` is ``[layers, 2, kv_heads, capacity, head_dim]``, so a prefill writes and reads
+it the same way. A finished sequence leaves its row with a copy of its own (for the prefix cache).
+"""
 
 from __future__ import annotations
 
@@ -32,6 +40,9 @@ class SequenceKV:
     layout: KVLayout
     tokens: list[int] = field(default_factory=list)
     data: torch.Tensor | None = None
+    rows: KVRows | None = None
+    """The running batch's rows this sequence lives in (None: ``data`` is its own tensor)."""
+    row: int = -1
 
     @property
     def length(self) -> int:
@@ -49,6 +60,9 @@ class SequenceKV:
         """Make room for ``total`` positions, keeping what is stored."""
         if total <= self.capacity:
             return
+        if self.rows is not None:
+            self.rows.grow(total)
+            return
         new_cap = max(total, 2 * self.capacity)
         new_cap = -(-new_cap // _GROW) * _GROW
         lay = self.layout
@@ -62,6 +76,96 @@ class SequenceKV:
     def truncate(self, length: int) -> None:
         """Forget positions from ``length`` on (they are overwritten later)."""
         del self.tokens[length:]
+
+
+class KVRows:
+    """The KV of the running batch: ``data`` is ``[layers, 2, rows + 1, kv_heads, capacity, head_dim]``,
+    one row per running sequence (the last row is scratch, written by padded batch entries).
+
+    The capacity is the longest sequence's so far, rounded up (and at least doubled when it grows),
+    so every row pads to it: the price of one attention call over the whole batch. It is kept while
+    the engine runs (no reallocation, and no CUDA graph captured again, per request); ``max_len``
+    bounds it (no sequence is longer than the engine's ``max_model_len``). ``generation`` changes whenever
+    ``data`` is reallocated, which invalidates anything holding its address (CUDA graphs).
+    """
+
+    def __init__(self, layout: KVLayout, rows: int, max_len: int) -> None:
+        self.layout = layout
+        self.rows = rows
+        self.max_len = max_len
+        self.data: torch.Tensor | None = None
+        self.generation = 0
+        self._free = list(range(rows - 1, -1, -1))
+        self._bound: dict[int, SequenceKV] = {}
+
+    @property
+    def scratch(self) -> int:
+        """The row that padded batch entries write into."""
+        return self.rows
+
+    @property
+    def capacity(self) -> int:
+        return 0 if self.data is None else int(self.data.shape[4])
+
+    def __len__(self) -> int:
+        return len(self._bound)
+
+    def bind(self, kv: SequenceKV) -> None:
+        """Move ``kv`` (positions ``[0, kv.length)`` kept) into a free row."""
+        if kv.rows is not None:
+            raise ValueError("this sequence already lives in a row")
+        if not self._free:
+            raise RuntimeError(f"all {self.rows} KV rows are taken; the batch is larger than max_batch_size")
+        self.grow(max(kv.length, 1))
+        assert self.data is not None
+        row = self._free.pop()
+        if kv.length and kv.data is not None:
+            self.data[:, :, row, :, : kv.length] = kv.data[:, :, :, : kv.length]
+        kv.data = self.data[:, :, row]  # [L, 2, KVH, capacity, D]
+        kv.rows, kv.row = self, row
+        self._bound[row] = kv
+
+    def release(self, kv: SequenceKV, keep: bool) -> None:
+        """Free ``kv``'s row; with ``keep`` its KV moves to a tensor of its own (for the prefix cache)."""
+        if kv.rows is not self:
+            raise ValueError("this sequence does not live in these rows")
+        del self._bound[kv.row]
+        self._free.append(kv.row)
+        assert kv.data is not None
+        kv.data = kv.data[:, :, :, : kv.length].clone() if keep and kv.length else None
+        kv.rows, kv.row = None, -1
+
+    def release_all(self) -> None:
+        """Forget every row (the engine failed or stopped its whole batch)."""
+        for kv in self._bound.values():
+            kv.data, kv.rows, kv.row = None, None, -1
+        self._bound.clear()
+        self._free = list(range(self.rows - 1, -1, -1))
+
+    def grow(self, total: int) -> None:
+        """Make every row hold at least ``total`` positions (reallocating, and re-pointing the rows)."""
+        cap = self.capacity
+        if total <= cap:
+            return
+        if total > self.max_len:
+            raise ValueError(f"{total} positions exceed the rows' limit of {self.max_len}")
+        new_cap = min(-(-max(total, 2 * cap) // _GROW) * _GROW, self.max_len)
+        lay = self.layout
+        # zeros, not empty: a row's positions past its length are read (and masked) by the batched
+        # attention, and masked garbage must be finite (NaN times a zero weight is still NaN)
+        data = torch.zeros(
+            (lay.num_layers, 2, self.rows + 1, lay.num_kv_heads, new_cap, lay.head_dim),
+            dtype=lay.dtype,
+            device=lay.device,
+        )
+        if self.data is not None:
+            for row, kv in self._bound.items():
+                if kv.length:
+                    data[:, :, row, :, : kv.length] = self.data[:, :, row, :, : kv.length]
+        self.data = data
+        self.generation += 1
+        for row, kv in self._bound.items():
+            kv.data = data[:, :, row]
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:

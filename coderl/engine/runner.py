@@ -2,8 +2,11 @@
 
 All new tokens of a step (whole or partial prompts being prefilled, and one token per decoding
 sequence) are flattened into one ``[N, hidden]`` matrix, so every projection and MLP runs as one
-matmul; only attention runs per sequence, against that sequence's own cache. This is what lets
-requests join and leave the batch at every step without padding.
+matmul. Attention runs per prompt chunk against that sequence's cache; decoding sequences attend
+either one by one (their caches are tensors of their own) or, when their caches are rows of one
+:class:`~coderl.engine.kv_cache.KVRows`, all in one attention call over the padded rows. A step in
+which every sequence decodes can then be replayed as a CUDA graph (:mod:`coderl.engine.cuda_graphs`).
+Requests join and leave the batch at every step either way.
 
 Supported: the Llama family as implemented in transformers (:mod:`coderl.engine.decoder`, whose
 projection and rotary embedding the trainer's packed forward shares). The model's own modules are
@@ -12,14 +15,15 @@ used, so the numerics match the Hugging Face forward pass.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 import torch.nn.functional as F
 
 from coderl.engine.decoder import AttentionShape, project_qkv, rotary, unsupported_reason
-from coderl.engine.kv_cache import KVLayout, SequenceKV
+from coderl.engine.kv_cache import KVLayout, KVRows, SequenceKV
 from coderl.errors import EngineError
 
 
@@ -30,6 +34,16 @@ class Chunk:
     kv: SequenceKV
     token_ids: list[int]
     want_logits: bool
+
+
+Attend = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+"""Attention of one layer: (layer index, q ``[N, H, D]``, k, v ``[N, KVH, D]``) -> output ``[N, H, D]``."""
+
+
+class DecodeStep(Protocol):
+    """Runs a decode-only step (a CUDA graph replay, say) in place of the eager forward."""
+
+    def __call__(self, ids: list[int], positions: list[int], rows: list[int]) -> torch.Tensor: ...
 
 
 class ModelRunner:
@@ -60,9 +74,22 @@ class ModelRunner:
         return KVLayout(len(self.layers), self.shape.kv_heads, self.shape.head_dim, self.dtype, self.device)
 
     @torch.inference_mode()
-    def forward(self, chunks: list[Chunk]) -> torch.Tensor:
+    def forward(self, chunks: list[Chunk], decode_step: DecodeStep | None = None) -> torch.Tensor:
         """Run the chunks, append their tokens to their caches, return float32 logits ``[S, vocab]``
-        for the last token of each chunk with ``want_logits`` (in chunk order)."""
+        for the last token of each chunk with ``want_logits`` (in chunk order).
+
+        ``decode_step``, when given, runs the steps in which every chunk decodes one token of a
+        sequence living in the KV rows (and wants its logits).
+        """
+        for chunk in chunks:
+            chunk.kv.reserve(chunk.kv.length + len(chunk.token_ids))
+        if decode_step is not None and chunks and all(_batched(c) and c.want_logits for c in chunks):
+            logits = decode_step(
+                [c.token_ids[0] for c in chunks], [c.kv.length for c in chunks], [c.kv.row for c in chunks]
+            )
+            for chunk in chunks:
+                chunk.kv.tokens.extend(chunk.token_ids)
+            return logits
         flat: list[int] = []
         positions: list[int] = []
         spans: list[tuple[int, int, int]] = []  # (start, end, past) per chunk
@@ -72,20 +99,29 @@ class ModelRunner:
             flat.extend(chunk.token_ids)
             positions.extend(range(past, past + len(chunk.token_ids)))
             spans.append((start, len(flat), past))
-            chunk.kv.reserve(past + len(chunk.token_ids))
-        n_tok = len(flat)
         dev = self.device
         ids = torch.tensor(flat, dtype=torch.long, device=dev)  # [N]
         pos = torch.tensor(positions, dtype=torch.long, device=dev)  # [N]
-        hidden = self.embed(ids)  # [N, E]
-        cos, sin = rotary(self.model, hidden, pos)  # [N, 1, D] each
-        masks = [self._mask(end - start, past) for start, end, past in spans]
+        alone = [(c, span) for c, span in zip(chunks, spans, strict=True) if not _batched(c)]
+        together = [(c, span) for c, span in zip(chunks, spans, strict=True) if _batched(c)]
+        masks = [self._mask(end - start, past) for _, (start, end, past) in alone]
+        rows = together[0][0].kv.rows if together else None
+        if together:
+            idx = torch.tensor([start for _, (start, _, _) in together], dtype=torch.long, device=dev)  # [B]
+            row_ids = torch.tensor([c.kv.row for c, _ in together], dtype=torch.long, device=dev)  # [B]
+            row_pos = pos[idx]  # [B]
+            span_t = max(past for _, (_, _, past) in together) + 1
+            row_mask = _row_mask(row_pos, span_t)  # [B, 1, 1, T]
         shape = self.shape
-        for li, layer in enumerate(self.layers):
-            attn = layer.self_attn
-            q, k, v = project_qkv(attn, layer.input_layernorm(hidden), cos, sin, shape)  # [N, H|KVH, D]
+
+        def attend(li: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
             out = torch.empty_like(q)  # [N, H, D]
-            for chunk, (start, end, past), mask in zip(chunks, spans, masks, strict=True):
+            if rows is not None:
+                assert rows.data is not None
+                out[idx] = _attend_rows(
+                    rows.data[li], q[idx], k[idx], v[idx], row_ids, row_pos, row_mask, shape
+                )
+            for (chunk, (start, end, past)), mask in zip(alone, masks, strict=True):
                 data = chunk.kv.data
                 assert data is not None
                 total = past + end - start
@@ -100,15 +136,46 @@ class ModelRunner:
                     scale=shape.scale,
                     enable_gqa=shape.heads != shape.kv_heads,
                 ).transpose(0, 1)  # [n, H, D]
-            hidden = hidden + attn.o_proj(out.view(n_tok, shape.heads * shape.head_dim))  # [N, E]
-            hidden = hidden + layer.mlp(layer.post_attention_layernorm(hidden))  # [N, E]
-        rows = [end - 1 for chunk, (_, end, _) in zip(chunks, spans, strict=True) if chunk.want_logits]
+            return out
+
+        hidden = self._layers(self.embed(ids), pos, attend)  # [N, E]
+        rows_out = [end - 1 for chunk, (_, end, _) in zip(chunks, spans, strict=True) if chunk.want_logits]
         for chunk in chunks:
             chunk.kv.tokens.extend(chunk.token_ids)
-        if not rows:
+        if not rows_out:
             return torch.empty((0, self.vocab_size), dtype=torch.float32, device=dev)
-        last = hidden[torch.tensor(rows, dtype=torch.long, device=dev)]  # [S, E]
+        last = hidden[torch.tensor(rows_out, dtype=torch.long, device=dev)]  # [S, E]
         return self.lm_head(self.norm(last)).float()  # [S, V]
+
+    def decode_rows(
+        self, rows: KVRows, ids: torch.Tensor, pos: torch.Tensor, row_ids: torch.Tensor, span: int
+    ) -> torch.Tensor:
+        """One decode step of ``B`` sequences living in ``rows``: token ``ids[b]`` at position
+        ``pos[b]`` of row ``row_ids[b]``, attending over the first ``span`` positions of the rows.
+        Only fixed-shape tensor work (no host sync), so a CUDA graph can capture it. Returns float32
+        logits ``[B, V]``; the caller appends the tokens to their sequences."""
+        mask = _row_mask(pos, span)  # [B, 1, 1, T]
+        shape = self.shape
+
+        def attend(li: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            assert rows.data is not None
+            return _attend_rows(rows.data[li], q, k, v, row_ids, pos, mask, shape)
+
+        hidden = self._layers(self.embed(ids), pos, attend)  # [B, E]
+        return self.lm_head(self.norm(hidden)).float()  # [B, V]
+
+    def _layers(self, hidden: torch.Tensor, pos: torch.Tensor, attend: Attend) -> torch.Tensor:
+        """The decoder layers over flat tokens ``hidden`` ``[N, E]`` at positions ``pos`` ``[N]``."""
+        n_tok = hidden.shape[0]
+        shape = self.shape
+        cos, sin = rotary(self.model, hidden, pos)  # [N, 1, D] each
+        for li, layer in enumerate(self.layers):
+            attn = layer.self_attn
+            q, k, v = project_qkv(attn, layer.input_layernorm(hidden), cos, sin, shape)  # [N, H|KVH, D]
+            out = attend(li, q, k, v)  # [N, H, D]
+            hidden = hidden + attn.o_proj(out.view(n_tok, shape.heads * shape.head_dim))  # [N, E]
+            hidden = hidden + layer.mlp(layer.post_attention_layernorm(hidden))  # [N, E]
+        return hidden
 
     def _mask(self, n_new: int, past: int) -> torch.Tensor | None:
         """Attention mask of ``n_new`` queries over ``past + n_new`` keys; None where SDPA's own
@@ -118,3 +185,45 @@ class ModelRunner:
         q_pos = torch.arange(past, past + n_new, device=self.device)[:, None]  # [n, 1]
         k_pos = torch.arange(past + n_new, device=self.device)[None, :]  # [1, T]
         return k_pos <= q_pos  # [n, T]
+
+
+def _batched(chunk: Chunk) -> bool:
+    """Whether this chunk decodes one token of a sequence living in the batch's KV rows."""
+    return chunk.kv.rows is not None and len(chunk.token_ids) == 1
+
+
+def _row_mask(pos: torch.Tensor, span: int) -> torch.Tensor:
+    """``[B, 1, 1, span]``: key position ``t`` is visible to the query at ``pos[b]`` iff ``t <= pos[b]``."""
+    keys = torch.arange(span, device=pos.device)  # [T]
+    return (keys[None, :] <= pos[:, None])[:, None, None, :]
+
+
+def _attend_rows(
+    layer_kv: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    row_ids: torch.Tensor,
+    pos: torch.Tensor,
+    mask: torch.Tensor,
+    shape: AttentionShape,
+) -> torch.Tensor:
+    """One new token per row: write its key/value at ``pos`` of its row of ``layer_kv``
+    ``[2, rows, KVH, capacity, D]``, then attend over the first ``T`` positions of those rows in one
+    call. q ``[B, H, D]``, k / v ``[B, KVH, D]`` -> ``[B, H, D]``.
+
+    The ``G = H / KVH`` query heads that share a key/value head are passed as ``G`` queries of that
+    head (head ``h`` reads key/value head ``h // G``, as Hugging Face's ``repeat_kv`` orders them), so
+    no key/value is repeated and any SDPA kernel that takes a mask applies."""
+    b = q.shape[0]
+    span = mask.shape[-1]
+    layer_kv[0, row_ids, :, pos] = k  # [B, KVH, D] into each row's slot
+    layer_kv[1, row_ids, :, pos] = v
+    keys = layer_kv[0, :, :, :span].index_select(0, row_ids)  # [B, KVH, T, D]
+    values = layer_kv[1, :, :, :span].index_select(0, row_ids)  # [B, KVH, T, D]
+    groups = shape.heads // shape.kv_heads
+    queries = q.view(b, shape.kv_heads, groups, shape.head_dim)  # [B, KVH, G, D]
+    out = F.scaled_dot_product_attention(
+        queries, keys, values, attn_mask=mask, scale=shape.scale
+    )  # [B, KVH, G, D]
+    return out.reshape(b, shape.heads, shape.head_dim)
