@@ -16,6 +16,7 @@ from coderl.engine.cuda_graphs import DecodeGraphs, bucket
 from coderl.engine.embedded import EmbeddedEngine
 from coderl.engine.kv_cache import KVLayout, KVRows, SequenceKV
 from coderl.engine.runner import Chunk, ModelRunner
+from coderl.errors import EngineError
 from tests.conftest import hf_logprobs
 
 
@@ -52,6 +53,16 @@ def test_rows_keep_a_sequences_kv_through_bind_grow_and_release() -> None:
     assert a.data is None and len(rows) == 0 and rows.capacity == 512  # capacity stays: no re-capture
     with pytest.raises(ValueError, match="exceed the rows' limit of 2000"):
         rows.grow(2001)
+
+
+def test_rows_that_do_not_fit_in_memory_say_how_to_fit() -> None:
+    huge = KVLayout(
+        num_layers=80, num_kv_heads=64, head_dim=128, dtype=torch.float32, device=torch.device("cpu")
+    )
+    rows = KVRows(huge, rows=1024, max_len=10**6)
+    with pytest.raises(EngineError, match=r"1025 rows x 1000000 positions .* lower engine.max_batch_size"):
+        rows.grow(10**6)
+    assert rows.data is None and rows.capacity == 0
 
 
 @pytest.mark.parametrize(("n", "limit", "expected"), [(1, 64, 1), (3, 64, 4), (33, 64, 64), (40, 48, 48)])

@@ -374,7 +374,11 @@ class EmbeddedEngine(Engine):
             keep = min(common_prefix(kv.tokens, req.prompt), len(req.prompt) - 1)
             kv.truncate(keep)
             if self._rows is not None:
-                self._rows.bind(kv)
+                try:
+                    self._rows.bind(kv)
+                except EngineError as exc:  # its rows do not fit: this request fails, the engine goes on
+                    _resolve(req.loop, req.future, error=exc)
+                    continue
             req.kv = kv
             req.cached_tokens = keep
             req.policy_version = self._version

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from coderl.errors import EngineError
+
 _GROW = 256  # capacity grows in multiples of this many tokens (and at least doubles)
 
 
@@ -151,13 +153,22 @@ class KVRows:
             raise ValueError(f"{total} positions exceed the rows' limit of {self.max_len}")
         new_cap = min(-(-max(total, 2 * cap) // _GROW) * _GROW, self.max_len)
         lay = self.layout
-        # zeros, not empty: a row's positions past its length are read (and masked) by the batched
-        # attention, and masked garbage must be finite (NaN times a zero weight is still NaN)
-        data = torch.zeros(
-            (lay.num_layers, 2, self.rows + 1, lay.num_kv_heads, new_cap, lay.head_dim),
-            dtype=lay.dtype,
-            device=lay.device,
-        )
+        try:
+            # zeros, not empty: a row's positions past its length are read (and masked) by the batched
+            # attention, and masked garbage must be finite (NaN times a zero weight is still NaN)
+            data = torch.zeros(
+                (lay.num_layers, 2, self.rows + 1, lay.num_kv_heads, new_cap, lay.head_dim),
+                dtype=lay.dtype,
+                device=lay.device,
+            )
+        except RuntimeError as exc:  # out of memory (torch.OutOfMemoryError is a RuntimeError)
+            need = (self.rows + 1) * new_cap * lay.bytes_per_token()
+            raise EngineError(
+                f"cannot hold the batch's KV rows: {self.rows + 1} rows x {new_cap} positions x "
+                f"{lay.bytes_per_token() / 1024:.0f} KiB = {need / 2**30:.1f} GiB on {lay.device} ({exc}); lower "
+                "engine.max_batch_size or engine.max_model_len, or set engine.decode_attention=per_sequence "
+                "(no padding)"
+            ) from exc
         if self.data is not None:
             for row, kv in self._bound.items():
                 if kv.length:
