@@ -1,12 +1,15 @@
 """``coderl bench engine``: the embedded engine against Hugging Face ``generate`` on the same prompts.
 
-All measured in one process, one after another, so the ratios compare like with like:
+All measured in one process, one after another (one engine thread alive at a time, and HF
+``generate`` last, so no two torch thread pools share the cores), so the ratios compare like with like:
 - ``tok_s[c]``: output tokens/s with ``c`` requests in flight (mixed prompt lengths, fixed output length);
 - ``sequential_tok_s``: HF ``generate`` one request at a time; ``batched_tok_s``: HF ``generate`` on the
   8-request batch, left-padded (the practical ceiling on a CPU);
 - TTFT p50 / p99 over the requests of the 8-concurrent run;
 - ``prefix_cache_speedup``: time to first token of the fifth turn of a 5-turn conversation (about 2k
-  tokens of context, a few hundred new per turn) without the session prefix cache / with it.
+  tokens of context, a few hundred new per turn) without the session prefix cache / with it;
+- ``other_mode_tok_s``: the top two levels again with the other decode attention (``batched`` when the
+  engine ran ``per_sequence``, and the reverse), on a second engine over the same prompts.
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ async def bench_engine(cfg: Config, quick: bool = False, console: Console | None
     levels = (1, 4, 8) if quick else CONCURRENCY
     n_req = {c: (2 if quick else 4) if c == 1 else (c if quick else 2 * c) for c in levels}
     prompts = _prompts(vocab, max(n_req.values()), 32 if quick else 48, 128 if quick else 400, cfg.run.seed)
-    steps = len(levels) + 3
+    steps = len(levels) + 4
     tok_s: dict[str, float] = {}
     ttfts: list[float] = []
     with Progress(
@@ -59,6 +62,25 @@ async def bench_engine(cfg: Config, quick: bool = False, console: Console | None
             if c == 8:
                 ttfts = run_ttfts
             progress.advance(bar)
+        progress.update(bar, description="5-turn conversation, prefix cache on / off")
+        turns = await _prefix_turns(engine, vocab, cfg.run.seed, quick)
+        progress.advance(bar)
+        mode = engine.stats()["decode_attention"]
+        # one torch thread pool at a time: a live engine thread keeps its OpenMP team, and a process
+        # holding more OpenMP threads than cores runs every team slower (coderl.threads)
+        await engine.stop()
+        other = "batched" if mode == "per_sequence" else "per_sequence"
+        progress.update(bar, description=f"engine with {other} decode attention")
+        alt = EmbeddedEngine(
+            cfg.engine.model_copy(update={"decode_attention": other}), cfg.model, seed=cfg.run.seed
+        )
+        await alt.start()
+        await alt.generate(prompts[0][:16], SamplingParams(max_tokens=4, ignore_eos=True))
+        other_tok_s = {}
+        for c in levels[-2:]:
+            other_tok_s[str(c)] = (await _engine_rate(alt, prompts[: n_req[c]], params, c))[0]
+        await alt.stop()
+        progress.advance(bar)
         progress.update(bar, description="HF generate, sequential")
         seq = prompts[: n_req[1]]
         t0 = time.perf_counter()
@@ -72,10 +94,6 @@ async def bench_engine(cfg: Config, quick: bool = False, console: Console | None
         _hf_generate(model, batch, out_len)
         batched = len(batch) * out_len / (time.perf_counter() - t0)
         progress.advance(bar)
-        progress.update(bar, description="5-turn conversation, prefix cache on / off")
-        turns = await _prefix_turns(engine, vocab, cfg.run.seed, quick)
-        progress.advance(bar)
-    await engine.stop()
     if "8" not in tok_s:
         tok_s["8"] = float("nan")
     return {
@@ -89,6 +107,9 @@ async def bench_engine(cfg: Config, quick: bool = False, console: Console | None
         "prefix_cache_speedup": turns["off"][-1] / turns["on"][-1],
         "turn_ttft_ms": {k: [1000 * t for t in turns[k]] for k in ("off", "on")},
         "turn_context_tokens": turns["context"],
+        "decode_attention": mode,
+        "other_mode": other,
+        "other_mode_tok_s": other_tok_s,
         "setup": {
             "output_tokens_per_request": out_len,
             "requests_by_concurrency": {str(c): n for c, n in n_req.items()},
@@ -164,6 +185,11 @@ def to_markdown(r: dict[str, Any]) -> str:
     m = r["machine"]
     s = r["setup"]
     rows = "\n".join(f"| {c} | {v:.1f} |" for c, v in r["tok_s"].items())
+    mode, other = r.get("decode_attention", "per_sequence"), r.get("other_mode", "batched")
+    rows += "".join(
+        f"\n| {c}, `engine.decode_attention={other}` | {v:.1f} ({v / r['tok_s'][c]:.2f}× {mode}) |"
+        for c, v in r.get("other_mode_tok_s", {}).items()
+    )
     on, off = r["turn_ttft_ms"]["on"], r["turn_ttft_ms"]["off"]
     turns = "\n".join(
         f"| {i + 1} | {ctx} | {a:.0f} | {b:.0f} | {a / b:.2f}× |"
@@ -174,7 +200,8 @@ def to_markdown(r: dict[str, Any]) -> str:
 Command: `{r.get("command", "coderl bench engine")}` — {m["cpu"]}, {m["cores"]} cores, torch {m["torch"]}
 ({m["torch_threads"]} threads), {s["dtype"]}, SmolLM2-135M-Instruct. Prompts of {s["prompt_tokens"][0]}–{s["prompt_tokens"][1]}
 tokens, {s["output_tokens_per_request"]} output tokens each (greedy, EOS ignored); requests per level
-{s["requests_by_concurrency"]}.
+{s["requests_by_concurrency"]}. Decode attention {r.get("decode_attention", "per_sequence")} (the CPU default)
+unless a row names the other.
 
 | concurrent requests | output tok/s |
 |---|---|
