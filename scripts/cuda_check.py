@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
+from coderl.bench.engine_cuda import MODES
 from coderl.config import EngineConfig, ModelConfig
 from coderl.engine import SamplingParams
 from coderl.engine.embedded import EmbeddedEngine
@@ -45,13 +46,6 @@ def hf_logprobs(model: Any, prompt: list[int], completion: list[int], temperatur
         logits = model(ids).logits[0, len(prompt) - 1 : -1].float()
     logp = torch.log_softmax(logits / temperature, dim=-1)
     return logp.gather(1, torch.tensor(completion, device=model.device)[:, None]).squeeze(1).tolist()
-
-
-MODES: dict[str, dict[str, Any]] = {
-    "graphs": {"decode_attention": "batched", "cuda_graphs": True},
-    "batched": {"decode_attention": "batched", "cuda_graphs": False},
-    "per_sequence": {"decode_attention": "per_sequence"},
-}
 
 
 async def check(path: Path, dtype: str, mode: str) -> dict[str, Any]:

@@ -60,7 +60,7 @@ async def bench_engine_cuda(
     params = SamplingParams(max_tokens=out_len, temperature=0, ignore_eos=True)
     tok_s: dict[str, dict[str, float]] = {}
     ttft_p50: dict[str, float] = {}
-    graphs: dict[str, int] = {}
+    captured = 0
     hf: dict[str, float] = {}
     prompts: list[list[int]] = []
     with Progress(
@@ -87,7 +87,8 @@ async def bench_engine_cuda(
                 if c == max(levels):
                     ttft_p50[mode] = 1000 * percentile(ttfts, 50)
                 progress.advance(bar)
-            graphs[mode] = int(engine.stats()["cuda_graphs"])
+            if mode == "graphs":
+                captured = int(engine.stats()["cuda_graphs"])
             if not hf:  # the baseline next, on the same loaded model (before the slowest mode)
                 _hf_levels(engine.runner.model, prompts, levels, out_len, hf, progress, bar, console)
             await engine.stop()
@@ -97,7 +98,7 @@ async def bench_engine_cuda(
         "ratio_vs_hf": {str(c): tok_s[modes[0]][str(c)] / hf[str(c)] for c in levels},
         "ratio_mode": modes[0],
         "ttft_p50_ms": ttft_p50,
-        "graphs_captured": graphs.get("graphs", 0),
+        "graphs_captured": captured,
         "setup": {
             "output_tokens_per_request": out_len,
             "requests_by_concurrency": {str(c): _requests(c) for c in levels},

@@ -55,7 +55,6 @@ class DecodeGraphs:
         self._graphs: dict[tuple[int, int], _Graph] = {}
         self._generation = rows.generation
         self._pool = torch.cuda.graph_pool_handle() if capture else None
-        self.captures = 0
         self.replays = 0
 
     def __len__(self) -> int:
@@ -116,6 +115,5 @@ class DecodeGraphs:
         # thread_local: a trainer working on the same GPU from another thread does not break capture
         with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
             logits = step()
-        self.captures += 1
         log.debug("captured the decode step for batch %d, span %d", size, span)
         return _Graph(graph, inputs, logits)
