@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
-from coderl.bench.engine_cuda import MODES
+from coderl.bench.engine_cuda import MODES, RANDOM_WEIGHTS_MARKER
 from coderl.config import EngineConfig, ModelConfig
 from coderl.engine import SamplingParams
 from coderl.engine.embedded import EmbeddedEngine
@@ -35,6 +35,7 @@ def make_checkpoint(like: Path, out: Path) -> None:
     with torch.no_grad():  # sharper logits than the default init, so greedy has clear winners
         model.lm_head.weight.mul_(8.0)
     model.save_pretrained(out)
+    (out / RANDOM_WEIGHTS_MARKER).write_text(f"random weights with {like}'s architecture (torch seed 0)\n")
     for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "generation_config.json"):
         if (like / name).exists():
             shutil.copy(like / name, out / name)

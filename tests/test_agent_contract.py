@@ -51,9 +51,9 @@ def script(loop: str, task: Task) -> list[str]:
 
 
 def context(loop: str, engine: Engine, tokenizer: Any, baselines: BaselineCache) -> AgentContext:
-    async def make_sandbox(t: Task):  # type: ignore[no-untyped-def]
+    async def make_sandbox(t: Task, *, warm: bool = False):  # type: ignore[no-untyped-def]
         return await create_sandbox(
-            SandboxSpec(workspace=t.repo, workdir=t.workdir, network=loop == "remote")
+            SandboxSpec(workspace=t.repo, workdir=t.workdir, network=loop == "remote"), warm=warm
         )
 
     command = f"{sys.executable} - <<'AGENT_EOF'\n{AGENT.read_text()}\nAGENT_EOF" if loop == "remote" else ""

@@ -39,8 +39,8 @@ def task(tmp_path: Path) -> Task:
 
 
 def ctx_for(engine: Engine, tokenizer: Any, **limits: int) -> AgentContext:
-    async def make_sandbox(t: Task):  # type: ignore[no-untyped-def]
-        return await create_sandbox(SandboxSpec(workspace=t.repo, workdir=t.workdir))
+    async def make_sandbox(t: Task, *, warm: bool = False):  # type: ignore[no-untyped-def]
+        return await create_sandbox(SandboxSpec(workspace=t.repo, workdir=t.workdir), warm=warm)
 
     return AgentContext(
         engine,
@@ -172,9 +172,9 @@ async def test_baseline_is_made_once_per_snapshot_and_seeds_each_sandbox(task: T
 
     made: list[Task] = []
 
-    async def make_sandbox(t: Task):  # type: ignore[no-untyped-def]
+    async def make_sandbox(t: Task, *, warm: bool = False):  # type: ignore[no-untyped-def]
         made.append(t)
-        return await create_sandbox(SandboxSpec(workspace=t.repo, workdir=t.workdir))
+        return await create_sandbox(SandboxSpec(workspace=t.repo, workdir=t.workdir), warm=warm)
 
     cache = BaselineCache()
     seeded = await asyncio.gather(*(cache.task_with_baseline(task, make_sandbox) for _ in range(4)))

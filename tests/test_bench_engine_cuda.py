@@ -37,12 +37,18 @@ def test_section_tabulates_every_mode_against_hf() -> None:
             "prompt_tokens": [48, 400],
             "dtype": "bfloat16",
             "model": "m",
+            "architecture": "LlamaForCausalLM",
+            "parameters": 134_515_008,
+            "random_weights": True,
+            "transformers": "5.17.0",
             "max_batch_size": 64,
             "quick": True,
         },
         "machine": {"cuda": "NVIDIA H100 80GB HBM3", "torch": "2.11.0"},
     }
     text = to_markdown(result)
+    assert "model m (LlamaForCausalLM, 134.5M parameters, random weights" in text
+    assert "transformers 5.17.0" in text
     assert "| embedded, graphs | 260 | 1300 |" in text
     assert "| embedded, batched | 40 | 250 |" in text
     assert "| HF `generate`, batched | 20 | 130 |" in text

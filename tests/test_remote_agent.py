@@ -25,9 +25,9 @@ COMMAND = f"{sys.executable} - <<'AGENT_EOF'\n{AGENT.read_text()}\nAGENT_EOF"
 
 
 def remote_ctx(engine: Any, tokenizer: Any, command: str, network: bool = True) -> AgentContext:
-    async def make_sandbox(t: Task):  # type: ignore[no-untyped-def]
+    async def make_sandbox(t: Task, *, warm: bool = False):  # type: ignore[no-untyped-def]
         return await create_sandbox(
-            SandboxSpec(workspace=t.repo, workdir=t.workdir, network=network, memory_mb=4096)
+            SandboxSpec(workspace=t.repo, workdir=t.workdir, network=network, memory_mb=4096), warm=warm
         )
 
     return AgentContext(

@@ -81,8 +81,8 @@ async def test_sandboxes_go_down_after_the_results_are_back_and_the_next_call_wa
         """The agents' sandboxes close only once the test says so (not the one that records the
         snapshot's git baseline: the agents' wait for it)."""
 
-        async def make_sandbox(self, t: Task) -> Sandbox:
-            sb = await super().make_sandbox(t)
+        async def make_sandbox(self, t: Task, *, warm: bool = False) -> Sandbox:
+            sb = await super().make_sandbox(t, warm=warm)
             if t.repo == task.repo:
                 return sb
             real_close = sb.close

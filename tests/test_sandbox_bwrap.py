@@ -30,6 +30,26 @@ async def test_a_cancelled_command_ends_its_namespace_and_the_next_starts_afresh
         assert (r.exit_code, r.stdout) == (0, "fresh\n")
 
 
+async def test_a_warm_start_starts_the_agent_while_the_workspace_fills(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "f.txt").write_text("filled\n")
+    seen: list[bool] = []
+    real_fill = BwrapSandbox._fill
+
+    def fill(self: BwrapSandbox, *args: object) -> None:
+        seen.append(self._warming is not None)  # the agent's start is already under way
+        real_fill(self, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(BwrapSandbox, "_fill", fill)
+    async with await create_sandbox(SandboxSpec(workspace=str(tmp_path)), warm=True) as sb:
+        r = await sb.exec("cat f.txt; echo $$")  # the agent sees what was filled after it started
+        assert r.stdout.split("\n")[0] == "filled" and int(r.stdout.split("\n")[1]) > 2  # not a one-shot
+    async with await create_sandbox(SandboxSpec(workspace=str(tmp_path))) as sb:
+        assert (await sb.exec("echo $$")).stdout == "2\n"  # a cold sandbox's first command: one-shot
+    assert seen == [True, False]
+
+
 async def test_a_command_that_kills_the_agent_is_reported_and_the_next_starts_afresh() -> None:
     async with await create_sandbox(SandboxSpec()) as sb:
         await sb.warm()

@@ -63,6 +63,9 @@ async def test_warm_then_exec_and_warm_then_close(make_spec: Any) -> None:
     await sb2.close()  # closing while the warm-up may still run must neither hang nor leak
     with pytest.raises(SandboxError):
         await sb2.exec("true")
+    async with await create_sandbox(make_spec(), warm=True) as sb3:  # warmed while it fills
+        assert (await sb3.exec(["echo", "warm"])).stdout == "warm\n"
+    await (await create_sandbox(make_spec(), warm=True)).close()
 
 
 async def test_commands_start_with_default_signal_handling_and_a_failed_start_is_127(make_spec: Any) -> None:

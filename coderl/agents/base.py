@@ -12,12 +12,11 @@ import importlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from coderl.agents.baseline import BaselineCache
+from coderl.agents.baseline import BaselineCache, MakeSandbox
 from coderl.chat import ChatFormat
 from coderl.engine.base import Engine
 from coderl.engine.params import SamplingParams
 from coderl.errors import AgentError
-from coderl.sandbox import Sandbox
 from coderl.types import Task, Trajectory
 
 
@@ -38,7 +37,7 @@ class AgentContext:
     engine: Engine
     chat: ChatFormat
     sampling: SamplingParams
-    make_sandbox: Callable[[Task], Awaitable[Sandbox]]
+    make_sandbox: MakeSandbox
     limits: AgentLimits = field(default_factory=AgentLimits)
     group_id: str = ""
     baselines: BaselineCache = field(default_factory=BaselineCache)

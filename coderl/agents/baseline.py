@@ -18,6 +18,7 @@ import tempfile
 import weakref
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Protocol
 
 from coderl.errors import SandboxError
 from coderl.sandbox import Sandbox
@@ -28,7 +29,18 @@ GIT_BASELINE = (
     "git -c user.email=agent@coderl -c user.name=agent commit -q --no-verify --allow-empty -m baseline"
 )
 
-MakeSandbox = Callable[[Task], Awaitable[Sandbox]]
+async def git_patch(sb: Sandbox) -> str:
+    """The workspace's changes since its baseline commit, new files included, as a git patch ("" when
+    git fails). Two commands given as argument lists: no shell to start, about 1 ms of CPU less."""
+    await sb.exec(["git", "add", "-A"], timeout=60)
+    r = await sb.exec(["git", "diff", "--cached", "--no-color"], timeout=60)
+    return r.stdout if r.exit_code == 0 else ""
+
+
+class MakeSandbox(Protocol):
+    """Makes a started sandbox holding a task's snapshot (``warm``: see :func:`coderl.sandbox.create_sandbox`)."""
+
+    def __call__(self, task: Task, /, *, warm: bool = False) -> Awaitable[Sandbox]: ...
 
 
 class BaselineCache:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from coderl.agents.base import AgentContext, AgentLoop
-from coderl.agents.baseline import GIT_BASELINE
+from coderl.agents.baseline import GIT_BASELINE, git_patch
 from coderl.engine.base import BorrowedEngine, Engine
 from coderl.errors import AgentError, SandboxError
 from coderl.loopback import serve_in_loop
@@ -85,7 +85,7 @@ class RemoteLoop(AgentLoop):
                     result = await sb.exec(ctx.remote_command, timeout=ctx.remote_timeout_s, env=env)
                     agent_s = time.perf_counter() - t0
                     await sb.exec(f"rm -f {shlex.quote(TASK_FILE)}", timeout=30)
-                    patch = await _diff(sb)
+                    patch = await git_patch(sb)
                     service.complete(row.id)
                     record = service.record(row.id)
             traj = _trajectories(record, task, ctx.group_id)
@@ -138,11 +138,6 @@ class RemoteLoop(AgentLoop):
                 await sb.close()
                 raise SandboxError(f"could not record the starting state with git: {r.stderr[-300:]}")
         return sb
-
-
-async def _diff(sb: Sandbox) -> str:
-    r = await sb.exec("git add -A >/dev/null 2>&1; git diff --cached --no-color", timeout=60)
-    return r.stdout if r.exit_code == 0 else ""
 
 
 def _trajectories(record: dict[str, Any], task: Task, group_id: str) -> Trajectory:

@@ -18,7 +18,7 @@ import shlex
 
 from coderl.agents import symbols
 from coderl.agents.base import AgentContext
-from coderl.agents.baseline import GIT_BASELINE
+from coderl.agents.baseline import GIT_BASELINE, git_patch
 from coderl.agents.tool_loop import ToolLoop
 from coderl.agents.tools import Tool, params
 from coderl.errors import SandboxError
@@ -71,13 +71,12 @@ class SWELoop(ToolLoop):
     async def _prepare(self, task: Task, ctx: AgentContext) -> Sandbox:
         """A sandbox holding the task's snapshot with its starting state committed to git."""
         seeded = await ctx.baselines.task_with_baseline(task, ctx.make_sandbox)
-        sb = await ctx.make_sandbox(seeded or task)
+        sb = await ctx.make_sandbox(seeded or task, warm=True)  # its exec agent starts while it fills
         try:
             if seeded is None:
                 r = await sb.exec(GIT_BASELINE, timeout=120)
                 if r.exit_code != 0:
                     raise SandboxError(f"could not record the starting state with git: {r.stderr[-300:]}")
-            await sb.warm()
         except BaseException:
             await sb.close()
             raise
@@ -93,10 +92,7 @@ class SWELoop(ToolLoop):
     async def patch(self) -> str:
         if self.sb is None and self._preparing is None:
             return ""
-        r = await (await self._box()).exec(
-            "git add -A >/dev/null 2>&1; git diff --cached --no-color", timeout=60
-        )
-        return r.stdout if r.exit_code == 0 else ""
+        return await git_patch(await self._box())
 
     async def close(self) -> None:
         preparing, self._preparing = self._preparing, None

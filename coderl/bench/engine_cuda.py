@@ -13,6 +13,7 @@ timed; the eager modes by a short run of the level's concurrency).
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -27,6 +28,8 @@ from coderl.engine.params import SamplingParams
 from coderl.errors import ConfigError
 
 LEVELS = (1, 8, 64)
+RANDOM_WEIGHTS_MARKER = "CODERL_RANDOM_WEIGHTS"
+"""A file ``scripts/cuda_check.py --save`` leaves in a checkpoint it made with random weights."""
 MODES: dict[str, dict[str, Any]] = {
     "graphs": {"decode_attention": "batched", "cuda_graphs": True},
     "batched": {"decode_attention": "batched", "cuda_graphs": False},
@@ -61,6 +64,7 @@ async def bench_engine_cuda(
     tok_s: dict[str, dict[str, float]] = {}
     ttft_p50: dict[str, float] = {}
     captured = 0
+    model_info: dict[str, Any] = {}
     hf: dict[str, float] = {}
     prompts: list[list[int]] = []
     with Progress(
@@ -90,6 +94,7 @@ async def bench_engine_cuda(
             if mode == "graphs":
                 captured = int(engine.stats()["cuda_graphs"])
             if not hf:  # the baseline next, on the same loaded model (before the slowest mode)
+                model_info = _model_info(engine.runner.model, cfg)
                 _hf_levels(engine.runner.model, prompts, levels, out_len, hf, progress, bar, console)
             await engine.stop()
     return {
@@ -105,10 +110,26 @@ async def bench_engine_cuda(
             "prompt_tokens": [min(map(len, prompts)), max(map(len, prompts))],
             "dtype": cfg.model.dtype,
             "model": str(cfg.model.path) if cfg.model.path else "SmolLM2-135M-Instruct",
+            **model_info,
             "max_batch_size": batch,
             "quick": quick,
         },
         "machine": machine_info(),
+    }
+
+
+def _model_info(model: Any, cfg: Config) -> dict[str, Any]:
+    """What the figures were measured on: the architecture, its size, and whether the weights are a
+    random initialisation (``scripts/cuda_check.py --save`` leaves a marker; throughput does not
+    depend on the weights' values)."""
+    import transformers
+
+    path = Path(cfg.model.path) if cfg.model.path else None
+    return {
+        "architecture": ", ".join(getattr(model.config, "architectures", None) or [type(model).__name__]),
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "random_weights": bool(path and (path / RANDOM_WEIGHTS_MARKER).exists()),
+        "transformers": transformers.__version__,
     }
 
 
@@ -137,6 +158,17 @@ def _hf_levels(
         progress.advance(bar)
 
 
+def _model_line(s: dict[str, Any]) -> str:
+    if "parameters" not in s:
+        return ""
+    weights = (
+        ", random weights (`scripts/cuda_check.py --save`; throughput does not depend on their values)"
+        if s["random_weights"]
+        else ""
+    )
+    return f" ({s['architecture']}, {s['parameters'] / 1e6:.1f}M parameters{weights})"
+
+
 def to_markdown(r: dict[str, Any]) -> str:
     m = r["machine"]
     s = r["setup"]
@@ -151,8 +183,8 @@ def to_markdown(r: dict[str, Any]) -> str:
     ratio = " | ".join(f"**{r['ratio_vs_hf'][c]:.2f}×**" for c in levels)
     return f"""## Engine on a GPU (`coderl bench engine-cuda`)
 
-Command: `{r.get("command", "coderl bench engine-cuda")}` — {m["cuda"]}, torch {m["torch"]}, {s["dtype"]},
-model {s["model"]}. Prompts of {s["prompt_tokens"][0]}–{s["prompt_tokens"][1]} tokens,
+Command: `{r.get("command", "coderl bench engine-cuda")}` — {m["cuda"]} ({m.get("cores", "?")} CPU cores), torch
+{m["torch"]}, transformers {s.get("transformers", "?")}, {s["dtype"]}; model {s["model"]}{_model_line(s)}. Prompts of {s["prompt_tokens"][0]}–{s["prompt_tokens"][1]} tokens,
 {s["output_tokens_per_request"]} output tokens each (greedy, EOS ignored); requests per level
 {s["requests_by_concurrency"]}; each level warmed up first (graphs: the whole level once). HF `generate` runs
 batches of the level's size (left-padded, its default cache) on the same GPU and prompts.

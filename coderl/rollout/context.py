@@ -52,12 +52,13 @@ class ContextFactory:
             self.rollout.model_copy(update={"temperature": temperature}), self.sandbox, self.chat
         )
 
-    async def make_sandbox(self, task: Task) -> Sandbox:
-        """A sandbox holding ``task``'s snapshot at its workdir, with the task's environment variables."""
+    async def make_sandbox(self, task: Task, *, warm: bool = False) -> Sandbox:
+        """A sandbox holding ``task``'s snapshot at its workdir, with the task's environment variables
+        (``warm``: see :func:`coderl.sandbox.create_sandbox`)."""
         fields: dict[str, object] = {"workspace": task.repo, "workdir": task.workdir}
         if task.env:
             fields["env"] = {**self.sandbox.env, **task.env}
-        return await create_sandbox(self.sandbox.model_copy(update=fields))
+        return await create_sandbox(self.sandbox.model_copy(update=fields), warm=warm)
 
     def __call__(
         self,

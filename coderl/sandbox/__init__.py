@@ -7,8 +7,10 @@ from coderl.sandbox.base import ExecResult, Sandbox, SandboxSpec
 __all__ = ["ExecResult", "Sandbox", "SandboxSpec", "create_sandbox"]
 
 
-async def create_sandbox(spec: SandboxSpec | None = None) -> Sandbox:
-    """Create and start a sandbox of ``spec.backend``; close it with ``async with`` or ``close()``."""
+async def create_sandbox(spec: SandboxSpec | None = None, *, warm: bool = False) -> Sandbox:
+    """Create and start a sandbox of ``spec.backend``; close it with ``async with`` or ``close()``.
+    ``warm``: it will run many commands; get ready for them while the workspace fills (bwrap starts
+    its exec agent; a sandbox that runs one command is cheaper without)."""
     spec = spec or SandboxSpec()
     sandbox: Sandbox
     if spec.backend == "bwrap":
@@ -28,7 +30,7 @@ async def create_sandbox(spec: SandboxSpec | None = None) -> Sandbox:
 
         sandbox = RemoteSandbox(spec)
     try:
-        await sandbox.start()
+        await sandbox.start(warm=warm)
     except BaseException:
         await sandbox.close()
         raise

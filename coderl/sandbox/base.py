@@ -42,8 +42,10 @@ class Sandbox(abc.ABC):
     id: str = ""
 
     @abc.abstractmethod
-    async def start(self) -> None:
-        """Create the sandbox and fill its workspace from ``spec.workspace``."""
+    async def start(self, warm: bool = False) -> None:
+        """Create the sandbox and fill its workspace from ``spec.workspace``. ``warm``: the sandbox
+        will run many commands, so get ready for them (:meth:`warm`) as early as possible, while the
+        workspace fills."""
 
     @abc.abstractmethod
     async def exec(

@@ -58,7 +58,7 @@ class DockerSandbox(Sandbox):
             raise SandboxError(f"{self._cli} {args[0]} failed: {(r.stderr or r.stdout).strip()[:500]}")
         return r
 
-    async def start(self) -> None:
+    async def start(self, warm: bool = False) -> None:
         reason = await docker_available()
         if reason:
             raise SandboxError(reason)

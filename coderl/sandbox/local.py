@@ -43,10 +43,12 @@ class LocalSandbox(Sandbox, abc.ABC):
     def _destroy_workspace(self, ws: HostWorkspace) -> None:
         """Remove the workspace and release what it held (runs in a worker thread)."""
 
-    async def start(self) -> None:
+    async def start(self, warm: bool = False) -> None:
         if self._ws is not None:
             return
         self._ws = await _in_pool(self._create_workspace)
+        if warm:
+            await self.warm()  # bwrap: its exec agent starts while the workspace fills
         if self.spec.workspace is not None:
             await _in_pool(self._fill, self._ws, Path(self.spec.workspace))
 

@@ -40,7 +40,7 @@ class RemoteSandbox(Sandbox):
             raise SandboxError(f"sandbox server answered {r.status_code} to {method} {path}: {detail}")
         return r
 
-    async def start(self) -> None:
+    async def start(self, warm: bool = False) -> None:
         body = self.spec.model_dump(
             mode="json", exclude={"workspace", "remote_url", "remote_token", "backend"}
         )
