@@ -50,6 +50,36 @@ async def test_a_warm_start_starts_the_agent_while_the_workspace_fills(
     assert seen == [True, False]
 
 
+async def test_commands_inherit_the_limits_the_agent_holds() -> None:
+    spec = SandboxSpec(max_processes=77, max_open_files=333, cpu_seconds=44, max_file_mb=5, memory_mb=1000)
+    async with await create_sandbox(spec, warm=True) as sb:
+        r = await sb.exec("for o in u n t f v c; do ulimit -H -$o; done")  # hard: cannot be raised
+        assert r.stdout.split() == ["77", "333", "44", str(5 << 10), str(1000 << 10), "0"], r.stdout
+        assert (await sb.exec(["sh", "-c", "ulimit -n 334"])).exit_code != 0
+    # too little address space for the agent to live under: each command goes through prlimit instead
+    async with await create_sandbox(SandboxSpec(memory_mb=64, max_processes=55), warm=True) as sb:
+        for _ in range(2):
+            r = await sb.exec("for o in u v; do ulimit -H -$o; done")
+            assert r.stdout.split() == ["55", str(64 << 10)], r.stdout
+
+
+async def test_an_agent_past_half_its_cpu_limit_retires_and_the_next_command_starts_afresh() -> None:
+    # The agent holds the CPU limit its commands inherit, so its own CPU (here: reading floods of
+    # output) counts against it; past half it says so and exits, and the next command gets a new one.
+    async with await create_sandbox(SandboxSpec(cpu_seconds=2), warm=True) as sb:
+        for _ in range(40):
+            agent = sb._agent  # type: ignore[attr-defined]
+            r = await sb.exec("echo here > /tmp/mark; head -c 400000000 /dev/zero")
+            assert (r.exit_code, r.truncated) == (0, True)
+            if sb._agent is None:  # type: ignore[attr-defined]
+                assert agent is not None and agent.retiring
+                break
+        else:
+            pytest.fail("the agent never retired")
+        r = await sb.exec("cat /tmp/mark 2>/dev/null || echo fresh")  # a new namespace, the same workspace
+        assert r.stdout == "fresh\n"
+
+
 async def test_a_command_that_kills_the_agent_is_reported_and_the_next_starts_afresh() -> None:
     async with await create_sandbox(SandboxSpec()) as sb:
         await sb.warm()

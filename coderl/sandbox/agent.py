@@ -41,6 +41,8 @@ class AgentProcess:
         self.proc = proc
         self._reader = reader
         self._transports = transports
+        self.retiring = False
+        """The agent said it exits after its last reply (its own CPU neared the limit it holds)."""
 
     @classmethod
     async def start(cls, argv: list[str], timeout_s: float = 60.0) -> AgentProcess:
@@ -92,6 +94,7 @@ class AgentProcess:
         assert isinstance(into, asyncio.WriteTransport)
         into.write(len(body).to_bytes(8, "big") + body)  # buffered by the loop; the reply implies it went
         reply = await self._read_frame(deadline_s)
+        self.retiring = bool(reply.get("retire"))
         return ExecResult(
             exit_code=int(reply["exit_code"]),
             stdout=base64.b64decode(reply["stdout"]).decode("utf-8", errors="replace"),

@@ -4,9 +4,9 @@ Each sandbox runs one long-lived ``bwrap`` with a tiny exec agent inside (agent_
 *as the sandbox's own unprivileged uid* when coderl runs as root (see hostsetup). Inside: new user,
 PID, IPC, UTS, cgroup and (unless ``network``) network namespaces; the host's /usr and /etc
 read-only; the host Python read-only at its own path; the workspace read-write at ``workdir``; a
-private /tmp; no host environment. Each exec runs ``prlimit <limits> -- bash -c CMD`` through the
-agent, which afterwards kills every other process in the PID namespace, so nothing outlives an
-exec; ``close()`` kills the namespace itself. Namespaces are made once per sandbox, not per exec:
+private /tmp; no host environment. Each exec runs ``bash -c CMD`` (or an argument list) through the
+agent, which holds the sandbox's rlimits (the command inherits them) and afterwards kills every
+other process in the PID namespace, so nothing outlives an exec; ``close()`` kills the namespace itself. Namespaces are made once per sandbox, not per exec:
 creating and tearing them down is serialised in the kernel and would cap throughput. Run as root,
 every sandbox's processes share one CPU-weight group (cpugroup.py), so that they cannot starve
 coderl itself.
@@ -91,8 +91,9 @@ class BwrapSandbox(LocalSandbox):
         sandbox = [bwrap, *self._bwrap_args(path)]
         group = enter_prefix() if self.spec.cpu_group else []
         self._oneshot_prefix = [*group, *drop, *self._limits().prlimit_args(), *sandbox]
+        limits = ",".join(f"{name}={value}" for name, value in self._limits().rlimits().items())
         self._agent_argv = [*group, *drop, *sandbox, *self._env(None), "--chdir", self.spec.workdir, "--",
-                            agent_python(), "-I", "-S", "-c", AGENT_SOURCE]  # fmt: skip
+                            agent_python(), "-I", "-S", "-c", AGENT_SOURCE, limits, str(self.spec.max_output_bytes)]  # fmt: skip
         return HostWorkspace(path, uid, uid)
 
     async def _stop_processes(self) -> None:
@@ -168,7 +169,6 @@ class BwrapSandbox(LocalSandbox):
             "cwd": self.spec.workdir.rstrip("/") + ("/" + rel if rel else ""),
             "timeout": limit,
             "cap": self.spec.max_output_bytes,
-            "limits": self._limits().prlimit_args(),
         }
         async with self._lock:
             self._execs += 1
@@ -229,13 +229,17 @@ class BwrapSandbox(LocalSandbox):
         """(Re)start the agent if needed and run one request through it."""
         agent = await self._ensure_agent()
         try:
-            return await agent.call(request, deadline_s)
+            result = await agent.call(request, deadline_s)
+            if agent.retiring:  # its own CPU neared the limit it holds: the next command gets a new one
+                await self._drop_agent()
+            return result
         except AgentDied:
             await self._drop_agent()
             return ExecResult(
                 exit_code=-9,
                 stdout="",
-                stderr="the sandbox's process namespace ended during this command (the command killed it, or "
-                "it ran past its time limit); the workspace is kept and the next command starts afresh",
+                stderr="the sandbox's process namespace ended during this command (the command killed it, it "
+                "ran past its time limit, or its output kept the exec agent busy past the CPU limit); the "
+                "workspace is kept and the next command starts afresh",
                 timed_out=True,
             )

@@ -33,18 +33,21 @@ class Limits:
     max_file_mb: int
     max_open_files: int
 
-    def prlimit_args(self) -> list[str]:
+    def rlimits(self) -> dict[str, int]:
+        """Each limit by its ``prlimit`` option name (``cpu``, ``as``, ...), in seconds, bytes or counts."""
         mb = 1 << 20
-        return [
-            "prlimit",
-            f"--cpu={self.cpu_seconds}",
-            f"--as={self.memory_mb * mb}",
-            f"--nproc={self.max_processes}",
-            f"--fsize={self.max_file_mb * mb}",
-            f"--nofile={self.max_open_files}",
-            "--core=0",
-            "--",
-        ]
+        return {
+            "cpu": self.cpu_seconds,
+            "as": self.memory_mb * mb,
+            "nproc": self.max_processes,
+            "fsize": self.max_file_mb * mb,
+            "nofile": self.max_open_files,
+            "core": 0,
+        }
+
+    def prlimit_args(self) -> list[str]:
+        """``prlimit --cpu=... --``: argv to put in front of a command (soft and hard limits both)."""
+        return ["prlimit", *(f"--{name}={value}" for name, value in self.rlimits().items()), "--"]
 
 
 class _Capped:
