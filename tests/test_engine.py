@@ -278,6 +278,33 @@ async def test_back_pressure_bounds_outstanding_requests(chat_prompts: list[list
         await eng.stop()
 
 
+async def test_a_request_whose_kv_cannot_be_placed_fails_alone_and_a_failed_loop_fails_all(
+    chat_prompts: list[list[int]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    eng = EmbeddedEngine(EngineConfig(decode_attention="batched"), ModelConfig())
+    await eng.start()
+    try:
+        assert eng._rows is not None
+        real_bind = eng._rows.bind
+        monkeypatch.setattr(eng._rows, "bind", lambda kv: (_ for _ in ()).throw(RuntimeError("no room")))
+        with pytest.raises(EngineError, match="could not place the request's KV: RuntimeError"):
+            await eng.generate(chat_prompts[0], SamplingParams(max_tokens=4))
+        monkeypatch.setattr(eng._rows, "bind", real_bind)
+        assert len((await eng.generate(chat_prompts[0], SamplingParams(max_tokens=4))).token_ids) == 4
+
+        def broken() -> None:
+            raise AssertionError("a bug in the loop")
+
+        monkeypatch.setattr(eng, "_drop_cancelled", broken)  # the loop itself fails: nobody may hang
+        with pytest.raises(EngineUnavailableError, match="engine thread failed: AssertionError"):
+            await asyncio.wait_for(eng.generate(chat_prompts[0], SamplingParams(max_tokens=4)), 60)
+        assert not await eng.healthy()
+        with pytest.raises(EngineUnavailableError):
+            await eng.generate(chat_prompts[0], SamplingParams())
+    finally:
+        await eng.stop()
+
+
 async def test_stop_fails_outstanding_requests(chat_prompts: list[list[int]]) -> None:
     eng = create_engine(EngineConfig(), ModelConfig())
     await eng.start()

@@ -55,6 +55,23 @@ def test_rows_keep_a_sequences_kv_through_bind_grow_and_release() -> None:
         rows.grow(2001)
 
 
+def test_rows_grown_in_inference_mode_take_a_sequence_bound_outside_it() -> None:
+    # the engine grows rows inside its inference-mode forward pass and binds a session's cached KV
+    # (itself made in inference mode) outside it; torch refuses in-place writes to inference tensors
+    # outside inference mode, which once killed the engine thread on a GPU
+    rows = KVRows(_layout(), rows=2, max_len=2000)
+    first = _filled(3, 1.0)
+    rows.bind(first)
+    with torch.inference_mode():
+        first.reserve(300)
+        cached = _filled(7, 3.0)
+    rows.bind(cached)
+    assert cached.data is not None and bool((cached.data[:, :, :, :7] == 3.0).all())
+    rows.release(cached, keep=True)
+    rows.bind(cached)
+    assert cached.data is not None and bool((cached.data[:, :, :, :7] == 3.0).all())
+
+
 def test_rows_that_do_not_fit_in_memory_say_how_to_fit() -> None:
     huge = KVLayout(
         num_layers=80, num_kv_heads=64, head_dim=128, dtype=torch.float32, device=torch.device("cpu")

@@ -323,6 +323,15 @@ class EmbeddedEngine(Engine):
 
     # ----------------------------------------------------------------- the loop (engine thread)
     def _loop(self) -> None:
+        try:
+            self._serve()
+        except BaseException as exc:  # a bug here must not leave every caller waiting forever
+            log.exception("%s: engine thread failed", self.name)
+            with self._cond:
+                self._stopping = True  # healthy() is False; new requests are refused
+            self._fail_all(EngineUnavailableError(f"{self.name}: the engine thread failed: {exc!r}"))
+
+    def _serve(self) -> None:
         torch.set_grad_enabled(False)
         while True:
             with self._cond:
@@ -376,7 +385,10 @@ class EmbeddedEngine(Engine):
             if self._rows is not None:
                 try:
                     self._rows.bind(kv)
-                except EngineError as exc:  # its rows do not fit: this request fails, the engine goes on
+                except Exception as exc:  # e.g. its rows do not fit: this request fails, the engine goes on
+                    if not isinstance(exc, EngineError):
+                        log.exception("%s: could not place a request's KV", self.name)
+                        exc = EngineError(f"{self.name}: could not place the request's KV: {exc!r}")
                     _resolve(req.loop, req.future, error=exc)
                     continue
             req.kv = kv

@@ -112,6 +112,11 @@ class KVRows:
     def __len__(self) -> int:
         return len(self._bound)
 
+    # Every method that makes or writes the rows runs in inference mode: the engine grows them inside
+    # its (inference-mode) forward pass and binds sequences outside it, and torch refuses an in-place
+    # write to an inference tensor outside inference mode (found on a GPU: a session's second turn,
+    # after its first had grown the rows, killed the engine thread).
+    @torch.inference_mode()
     def bind(self, kv: SequenceKV) -> None:
         """Move ``kv`` (positions ``[0, kv.length)`` kept) into a free row."""
         if kv.rows is not None:
@@ -127,6 +132,7 @@ class KVRows:
         kv.rows, kv.row = self, row
         self._bound[row] = kv
 
+    @torch.inference_mode()
     def release(self, kv: SequenceKV, keep: bool) -> None:
         """Free ``kv``'s row; with ``keep`` its KV moves to a tensor of its own (for the prefix cache)."""
         if kv.rows is not self:
@@ -144,6 +150,7 @@ class KVRows:
         self._bound.clear()
         self._free = list(range(self.rows - 1, -1, -1))
 
+    @torch.inference_mode()
     def grow(self, total: int) -> None:
         """Make every row hold at least ``total`` positions (reallocating, and re-pointing the rows)."""
         cap = self.capacity
