@@ -7,9 +7,10 @@ Reply (agent to host): a JSON object ``{"exit_code", "stdout" (base64), "stderr"
 agent shares its sandbox with the commands it runs (``marshal`` is not safe to read from them).
 
 The agent imports only built-in modules (os, sys, marshal, binascii, select, time, _signal) and the
-small ``resource`` extension (0.3 ms): it starts in every sandbox, and ``json``, ``base64``, ``subprocess``, ``selectors`` and ``signal`` (with the ``re`` and
-``enum`` they pull in) cost 8.7 ms of CPU on each start, measured 2026-11-25 on 2 cores: 14.0 ms for
-``python3 -I -S`` with those imports against 5.3 ms without.
+small ``resource`` extension (0.3 ms): it starts in every sandbox, and ``json``, ``base64``,
+``subprocess``, ``selectors`` and ``signal`` (with the ``re`` and ``enum`` they pull in) cost 8.7 ms
+of CPU on each start, measured 2026-11-25 on 2 cores: 14.0 ms for ``python3 -I -S`` with those
+imports against 5.3 ms without.
 Arguments: the sandbox's rlimits (``cpu=120,as=...``, :meth:`coderl.sandbox.runner.Limits.rlimits`)
 and the output cap. The agent holds the rlimits itself, so the commands it starts inherit them (a
 ``true`` through the agent: 1.7 → 0.9 ms of CPU without a ``prlimit`` exec, measured 2026-11-25); it
@@ -42,11 +43,15 @@ def hold_limits():
     return True
 HELD = hold_limits()
 PRLIMIT = [] if HELD else ["prlimit"] + ["--%s=%d" % kv for kv in LIMITS.items()] + ["--"]
+RETIRING = False
 def retiring():
     # The agent's own CPU counts against the limit it holds: past half of it, it says so in its
     # reply and exits, and the host starts a fresh one (the workspace stays) before the next command.
+    # Decided once per reply, so that what the reply says is what the agent then does.
+    global RETIRING
     t = os.times()
-    return HELD and t.user + t.system > LIMITS["cpu"] / 2
+    RETIRING = HELD and t.user + t.system > LIMITS["cpu"] / 2
+    return RETIRING
 def read_exact(n):
     buf = b""
     while len(buf) < n:
@@ -169,6 +174,6 @@ frame(b"{}")
 while True:
     n = int.from_bytes(read_exact(8), "big")
     frame(run(marshal.loads(read_exact(n))))
-    if retiring():
+    if RETIRING:
         sys.exit(0)
 """
