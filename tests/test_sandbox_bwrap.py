@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 from types import FrameType
@@ -12,10 +13,23 @@ import pytest
 
 from coderl.sandbox import SandboxSpec, create_sandbox
 from coderl.sandbox import agent as agent_module
-from coderl.sandbox.bwrap import BwrapSandbox
+from coderl.sandbox.agent_src import AGENT_SOURCE
+from coderl.sandbox.bwrap import BwrapSandbox, agent_python
 from coderl.sandbox.cpugroup import _v1_parent, _v2_parent, sandbox_group
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+
+
+def test_the_exec_agent_refuses_to_run_outside_a_sandbox() -> None:
+    # it kills every process it can see after each command; on a host that would be everything. With
+    # stdin empty it would only have said it was ready and left, so this check cannot harm the host.
+    r = subprocess.run(
+        [agent_python(), "-I", "-S", "-c", AGENT_SOURCE, "cpu=1,as=1,nproc=1,fsize=1,nofile=16,core=0", "1024"],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        timeout=30,
+    )
+    assert r.returncode == 1 and b"only as PID 2 of a bwrap sandbox" in r.stderr and r.stdout == b""
 
 
 async def test_a_cancelled_command_ends_its_namespace_and_the_next_starts_afresh() -> None:

@@ -16,11 +16,15 @@ and the output cap. The agent holds the rlimits itself, so the commands it start
 ``true`` through the agent: 1.7 → 0.9 ms of CPU without a ``prlimit`` exec, measured 2026-11-25); it
 retires (``"retire": true``, then exits) once its own CPU passes half the CPU limit.
 After every command the agent kills every other process in the sandbox's PID namespace (except
-PID 1, bwrap's init), so no process outlives its exec, detached daemons included.
+PID 1, bwrap's init), so no process outlives its exec, detached daemons included. Run anywhere but as
+PID 2 of such a namespace (bwrap's init is 1), it refuses to start: on a host it would kill every
+process it may signal.
 """
 
 AGENT_SOURCE = r"""
 import _signal, binascii, marshal, os, select, sys, time
+if os.getpid() != 2:  # kill_all() kills every process it can see: only in a sandbox's own PID namespace
+    sys.exit("the coderl exec agent runs only as PID 2 of a bwrap sandbox's PID namespace, not here")
 inp, out = sys.stdin.buffer, sys.stdout.buffer
 LIMITS = dict((k, int(v)) for k, v in (item.split("=") for item in sys.argv[1].split(",")))
 CAP = int(sys.argv[2])
