@@ -72,3 +72,31 @@ def test_a_host_view_of_a_folder_made_again_shows_the_new_folder(
     finally:
         while is_mount_point(view):
             hostsetup.unmount(view)
+
+
+def test_host_views_of_deleted_folders_are_swept_and_live_ones_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A view outlives its folder (a deleted virtualenv) until a reboot, and every bwrap start reads
+    every host mount once per bind: the once-per-process sweep takes such views down."""
+    monkeypatch.setenv("CODERL_SANDBOX_DIR", str(tmp_path / "state"))
+    monkeypatch.setattr(hostsetup, "_swept", False)
+    private = tmp_path / "private with space"  # mountinfo escapes it as \040
+    private.mkdir(mode=0o700)
+    gone, kept = private / "gone", private / "kept"
+    for prefix in (gone, kept):
+        prefix.mkdir()
+        (prefix / "marker").write_text(prefix.name)
+    stale, live = hostsetup.host_view(gone), hostsetup.host_view(kept)
+    try:
+        (gone / "marker").unlink()
+        gone.rmdir()
+        assert is_mount_point(stale)
+        assert sweep_stale_workspaces() == 0  # no workspaces; the views are swept on the way
+        assert not is_mount_point(stale) and not stale.exists()
+        assert is_mount_point(live) and (live / "marker").read_text() == "kept"
+        assert hostsetup.sweep_stale_host_views(state_dir() / "host") == 0
+    finally:
+        for view in (stale, live):
+            while is_mount_point(view):
+                hostsetup.unmount(view)

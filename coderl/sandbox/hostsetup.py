@@ -10,10 +10,13 @@ is a plain folder.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import fcntl
+import functools
 import os
+import re
 import secrets
 import shutil
 import sys
@@ -85,6 +88,7 @@ def sweep_stale_workspaces() -> int:
         return 0
     _swept = True
     root = state_dir()
+    sweep_stale_host_views(root / "host")
     removed = 0
     for ws in (root / "ws").iterdir():
         try:
@@ -119,11 +123,10 @@ def unmount(path: Path) -> None:
 def is_mount_point(path: Path) -> bool:
     """From /proc/self/mountinfo (os.path.ismount misses bind mounts within one filesystem)."""
     target = str(path.resolve())
-    try:
-        with open("/proc/self/mountinfo") as fh:
-            return any(line.split()[4] == target for line in fh)
-    except OSError:
+    mounts = _mounts()
+    if not mounts:  # no /proc here
         return os.path.ismount(path)
+    return any(point == target for _, point in mounts)
 
 
 def remove_tree(path: Path) -> None:
@@ -190,6 +193,37 @@ def host_view(prefix: Path) -> Path:
             raise SandboxError(f"could not make {prefix} visible to sandboxes (bind mount failed)")
         _libc.mount(None, str(source).encode(), None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_REC, None)
     return source
+
+
+def sweep_stale_host_views(folder: Path) -> int:
+    """Take down the host views under ``folder`` whose folder has been deleted (a virtualenv made and
+    removed since): otherwise they stay mounted until a reboot, and every bwrap start reads every
+    mount the host has, once per bind it makes. A sandbox already bound to one keeps its own copy.
+    Returns how many went."""
+    removed = 0
+    for _ in range(16):  # views may be stacked, one per earlier folder at the same path
+        stale = [point for root, point in _mounts() if root.endswith("//deleted") and Path(point).parent == folder]
+        if not stale:
+            break
+        for point in stale:
+            unmount(Path(point))
+            removed += 1
+            if not is_mount_point(Path(point)):
+                with contextlib.suppress(OSError):
+                    os.rmdir(point)
+    return removed
+
+
+def _mounts() -> list[tuple[str, str]]:
+    """(root within its file system, mount point) of each mount, from /proc/self/mountinfo (octal
+    escapes such as ``\\040`` for a space undone)."""
+    try:
+        with open("/proc/self/mountinfo") as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return []
+    unescape = functools.partial(re.sub, r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)))
+    return [(unescape(f[3]), unescape(f[4])) for f in (line.split() for line in lines) if len(f) > 4]
 
 
 def _same_folder(a: Path, b: Path) -> bool:
