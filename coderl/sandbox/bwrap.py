@@ -6,7 +6,8 @@ PID, IPC, UTS, cgroup and (unless ``network``) network namespaces; the host's /u
 read-only; the host Python read-only at its own path; the workspace read-write at ``workdir``; a
 private /tmp; no host environment. Each exec runs ``bash -c CMD`` (or an argument list) through the
 agent, which holds the sandbox's rlimits (the command inherits them) and afterwards kills every
-other process in the PID namespace, so nothing outlives an exec; ``close()`` kills the namespace itself. Namespaces are made once per sandbox, not per exec:
+other process in the PID namespace, so nothing outlives an exec; ``close()`` kills the namespace
+itself. Namespaces are made once per sandbox, not per exec:
 creating and tearing them down is serialised in the kernel and would cap throughput. Run as root,
 every sandbox's processes share one CPU-weight group (cpugroup.py), so that they cannot starve
 coderl itself.

@@ -208,9 +208,8 @@ def sweep_stale_host_views(folder: Path) -> int:
         for point in stale:
             unmount(Path(point))
             removed += 1
-            if not is_mount_point(Path(point)):
-                with contextlib.suppress(OSError):
-                    os.rmdir(point)
+            with contextlib.suppress(OSError):  # busy while an older view is still stacked under it
+                os.rmdir(point)
     return removed
 
 
