@@ -118,6 +118,82 @@ async def test_sandboxes_go_down_after_the_results_are_back_and_the_next_call_wa
     assert teardowns.pending == 0 and len(closed) == 3  # every sandbox went down, none left behind
 
 
+class _Staggered(ScriptedEngine):
+    """Each new session answers ``step_s`` later than the one before, so rollouts end one by one."""
+
+    def __init__(self, *args: Any, step_s: float = 0.3, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._delay: dict[str | None, float] = {}
+        self._step_s = step_s
+
+    async def generate(self, prompt_ids: list[int], params: Any, session_id: str | None = None) -> Any:
+        import asyncio
+
+        delay = self._delay.setdefault(session_id, self._step_s * len(self._delay))
+        await asyncio.sleep(delay)
+        return await super().generate(prompt_ids, params, session_id=session_id)
+
+
+class _Watched(ContextFactory):
+    """Records when each agent sandbox's close starts and how many are up at once."""
+
+    def __init__(self, *args: Any, repo: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.repo, self.up, self.most = repo, 0, 0
+        self.close_starts: list[float] = []
+
+    async def make_sandbox(self, t: Any, *, warm: bool = False) -> Any:
+        import time
+
+        sb = await super().make_sandbox(t, warm=warm)
+        if t.repo == self.repo:  # the snapshot's git baseline, not an agent's
+            return sb
+        self.up += 1
+        self.most = max(self.most, self.up)
+        real_close = sb.close
+
+        async def close() -> None:
+            self.close_starts.append(time.monotonic())
+            await real_close()
+            self.up -= 1
+
+        sb.close = close  # type: ignore[method-assign]
+        return sb
+
+
+async def test_tear_downs_wait_for_the_last_rollout_unless_a_rollout_waits_for_a_slot(
+    tmp_path: Path, tokenizer: Any
+) -> None:
+    """A finished rollout's sandbox goes down once the call's last rollout is done (its tear-down's
+    CPU would slow the rollouts still running), but at once where another rollout needs its slot."""
+    import asyncio
+    import time
+
+    from coderl.rollout.teardown import Teardowns
+
+    task = load_tasks(f"native:{make_native(tmp_path / 'tasks')}")[0]
+    cfg = load_config(overrides=["rollout.agent=swe", "rollout.max_turns=4"])
+    done: list[float] = []
+    for slots, n in ((3, 3), (1, 3)):
+        contexts = _Watched(cfg.rollout, cfg.sandbox, ChatFormat(tokenizer), repo=task.repo)
+        teardowns = Teardowns()
+        engine = _Staggered(FIX, tokenizer, per_session=True)
+        settings = RolloutSettings(agent="swe", max_sandboxes=slots, grade=False)
+        done.clear()
+        results = await asyncio.wait_for(
+            run_rollouts(task_groups([task], n), engine, contexts, settings,
+                         on_done=lambda _: done.append(time.monotonic()), teardowns=teardowns),
+            120,
+        )  # fmt: skip
+        await teardowns.drain()
+        assert all("a + b" in r.trajectory.patch for r in results) and contexts.up == 0
+        assert contexts.most <= slots and len(contexts.close_starts) == n
+        if slots == n:  # nobody waited: every close started after the last result
+            assert min(contexts.close_starts) >= max(done)
+        else:  # each waiting rollout had the previous one's sandbox taken down at once
+            assert sorted(contexts.close_starts)[0] < max(done)
+
+
 async def test_a_failing_tear_down_is_logged_and_frees_the_slot(caplog: pytest.LogCaptureFixture) -> None:
     import asyncio
 

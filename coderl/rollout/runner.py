@@ -15,9 +15,10 @@ loop returns, so grading overlaps the generation of the others. One failing roll
 its error and never cancels the others.
 
 Given a :class:`~coderl.rollout.teardown.Teardowns`, a rollout's sandbox is taken down in the
-background once its trajectory is complete (overlapping its grading and, after the call returns, the
-caller's next work); the rollout's ``max_sandboxes`` slot is held until that tear-down ends, and a call
-with bounds of its own first waits for the tear-downs its predecessor left.
+background once the call's last rollout is done (overlapping the caller's next work), or at once while
+another rollout waits for a ``max_sandboxes`` slot: a tear-down takes CPU, and the rollouts still
+running need it more. The rollout's slot is held until its tear-down ends, and a call with bounds of
+its own first waits for the tear-downs its predecessor left.
 """
 
 from __future__ import annotations
@@ -124,6 +125,22 @@ class RolloutBounds:
         self.engine = LimitedEngine(engine, settings.max_engine_requests)
         self.alive = asyncio.Semaphore(settings.max_sandboxes)
         self.grading = asyncio.Semaphore(settings.grade_concurrency)
+        self.waiting = 0
+        """Rollouts waiting for an ``alive`` slot."""
+
+    async def take_slot(self, teardowns: Teardowns | None) -> None:
+        """Acquire an ``alive`` slot; one that has to wait first releases the tear-downs held for
+        later (their slots are what it waits for)."""
+        if not self.alive.locked():
+            await self.alive.acquire()  # free: returns without yielding
+            return
+        self.waiting += 1
+        try:
+            if teardowns is not None:
+                teardowns.release()
+            await self.alive.acquire()
+        finally:
+            self.waiting -= 1
 
 
 async def run_rollouts(
@@ -150,7 +167,7 @@ async def run_rollouts(
     async def one(group: RolloutGroup, sample: int) -> RolloutResult:
         task = group.task
         closes: list[Awaitable[None]] = []
-        await alive.acquire()
+        await bounds.take_slot(teardowns)
         try:
             t0 = time.perf_counter()
             try:
@@ -171,8 +188,8 @@ async def run_rollouts(
                 async with grading:
                     await _grade(result, task, contexts.sandbox, settings.reward)
         finally:
-            if closes and teardowns is not None:
-                teardowns.defer(closes, then=alive.release)
+            if closes and teardowns is not None:  # held while no rollout waits for a slot (module doc)
+                teardowns.defer(closes, then=alive.release, hold=bounds.waiting == 0)
             else:
                 alive.release()
         if store is not None:
@@ -185,6 +202,8 @@ async def run_rollouts(
         jobs = [one(group, i) for group in groups for i in range(group.size)]
         return list(await asyncio.gather(*jobs))
     finally:
+        if teardowns is not None:
+            teardowns.release()
         baselines.close()
 
 
