@@ -170,3 +170,26 @@ def test_the_group_sits_at_the_v2_root_with_cpu_turned_on(tmp_path: Path) -> Non
     assert _v2_parent(mounts) == tmp_path
     assert (tmp_path / "cgroup.subtree_control").read_text() == "+cpu"  # turned on for the children
     assert _v2_parent("") is None
+
+
+async def test_many_sandboxes_filling_at_once_use_a_few_host_threads(tmp_path: Path) -> None:
+    """Workspace file work runs in a small pool: 48 sandboxes made, filled and edited at once start
+    at most 8 host threads (a thread per sandbox tripled the CPU a fill costs)."""
+    import threading
+
+    from coderl.sandbox.local import HOST_POOL
+
+    (tmp_path / "repo" / "pkg").mkdir(parents=True)
+    for i in range(20):
+        (tmp_path / "repo" / "pkg" / f"m{i}.py").write_text(f"X = {i}\n")
+    spec = SandboxSpec(workspace=str(tmp_path / "repo"))
+
+    async def one(k: int) -> str:
+        async with await create_sandbox(spec) as sb:
+            await sb.write_file("pkg/m0.py", f"X = {k}\n")
+            return (await sb.read_file("pkg/m0.py")).decode() + (await sb.read_file("pkg/m19.py")).decode()
+
+    texts = await asyncio.gather(*(one(k) for k in range(48)))
+    assert texts == [f"X = {k}\nX = 19\n" for k in range(48)]
+    host = [t for t in threading.enumerate() if t.name.startswith("coderl-host")]
+    assert 1 <= len(host) <= HOST_POOL._max_workers == 8

@@ -6,6 +6,7 @@ import abc
 import asyncio
 import uuid
 from collections.abc import Callable
+from concurrent.futures import Executor, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -18,10 +19,16 @@ READ_LIMIT = 64 << 20
 T = TypeVar("T")
 
 
-async def _in_pool(fn: Callable[..., T], *args: Any) -> T:
-    """Blocking host work in the sandbox worker pool (large, unlike asyncio's default executor of
-    cores + 4 threads, which hundreds of concurrent sandboxes would queue behind)."""
-    return await asyncio.get_running_loop().run_in_executor(EXEC_POOL, fn, *args)
+# Workspace file work (make, fill, read, write) is short and holds the GIL for most of its time:
+# more threads than this only add thread starts and GIL hand-overs (256 sandboxes filling at once
+# made ~200 threads and tripled the host CPU a fill costs). Removing a workspace can take long (a
+# tree of many files), so it runs in the large pool, as processes are tended.
+HOST_POOL = ThreadPoolExecutor(max_workers=8, thread_name_prefix="coderl-host")
+
+
+async def _in_pool(fn: Callable[..., T], *args: Any, pool: Executor = HOST_POOL) -> T:
+    """Blocking host work off the event loop, in ``pool``."""
+    return await asyncio.get_running_loop().run_in_executor(pool, fn, *args)
 
 
 class LocalSandbox(Sandbox, abc.ABC):
@@ -85,7 +92,7 @@ class LocalSandbox(Sandbox, abc.ABC):
         async with self._lock:  # waits for a running exec, which kills its own process tree
             await self._stop_processes()
             if self._ws is not None:
-                await _in_pool(self._destroy_workspace, self._ws)
+                await _in_pool(self._destroy_workspace, self._ws, pool=EXEC_POOL)
 
     async def _stop_processes(self) -> None:
         """Stop what still runs in the sandbox before its workspace goes (bwrap: its exec agent)."""
