@@ -53,7 +53,7 @@ class LocalSandbox(Sandbox, abc.ABC):
     async def start(self, warm: bool = False) -> None:
         if self._ws is not None:
             return
-        self._ws = await _in_pool(self._create_workspace)
+        self._ws = await _in_pool(self._create_workspace, pool=EXEC_POOL)
         if warm:
             await self.warm()  # bwrap: its exec agent starts while the workspace fills
         if self.spec.workspace is not None:
