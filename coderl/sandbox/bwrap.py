@@ -28,6 +28,7 @@ from coderl.sandbox.agent import AgentDied, AgentProcess
 from coderl.sandbox.agent_src import AGENT_SOURCE
 from coderl.sandbox.base import ExecResult, SandboxSpec, relative_path
 from coderl.sandbox.cpugroup import enter_prefix
+from coderl.sandbox.gate import host_gate
 from coderl.sandbox.hostfs import HostWorkspace
 from coderl.sandbox.hostsetup import (
     UidLease,
@@ -230,7 +231,7 @@ class BwrapSandbox(LocalSandbox):
         """(Re)start the agent if needed and run one request through it."""
         agent = await self._ensure_agent()
         try:
-            result = await agent.call(request, deadline_s)
+            result = await host_gate().run(agent.call(request, deadline_s), self.spec.burst_gate_ms / 1000)
             if agent.retiring:  # its own CPU neared the limit it holds: the next command gets a new one
                 await self._drop_agent()
             return result

@@ -41,6 +41,10 @@ class SandboxSpec(Section):
     """Run the sandbox's processes in the host-wide cgroup `coderl-sandboxes` (root with a writable cpu
     controller only; elsewhere ignored): all sandboxes together weigh one process, so busy commands cannot
     starve coderl's own loop (bwrap)."""
+    burst_gate_ms: float = Field(20.0, ge=0)
+    """Commands started while this host's cores + 2 others are running wait their turn, first come first
+    served, each keeping it until it ends or this many milliseconds pass (0: off; bwrap): a burst of short
+    commands from many sandboxes ends in arrival order instead of all at the burst's end."""
     network: bool = False
     """Give the sandbox network access (off: no interfaces but its own loopback)."""
     env: dict[str, str] = {}
