@@ -25,5 +25,7 @@ def test_bench_rollout_quick_measures_efficiency_and_its_cpu_ceiling(
         assert 0 < result[f"efficiency_{n}"] <= 1.0
         assert level["cpu_ms_per_rollout"] > 0 and 0 < result[f"cpu_bound_efficiency_{n}"] <= 1.0
     assert 0 < result["turn_overhead_p50_ms"] < 50
+    assert result["burst_gate_ms"] == 20.0  # the default, recorded beside the figures
     table = to_markdown(result)
-    assert "| 16 |" in table and "CPU-bound ceiling" in table
+    assert "| 16 |" in table and "CPU-bound ceiling" in table and "a turn held at most 20 ms" in table
+    assert "take turns in bursts (`sandbox.burst_gate_ms`): no (0)" in to_markdown({**result, "burst_gate_ms": 0.0})

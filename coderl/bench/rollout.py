@@ -120,6 +120,7 @@ async def bench_rollout(
             progress.advance(bar)
     out["turn_overhead_p50_ms"] = 1000 * percentile(overheads, 50)
     out["sandbox_cpu_group"] = cfg.sandbox.cpu_group and sandbox_group() is not None
+    out["burst_gate_ms"] = cfg.sandbox.burst_gate_ms
     out["machine"] = machine_info()
     return out
 
@@ -168,6 +169,12 @@ def _cpu_cells(level: dict[str, Any]) -> str:
     return f"{level['cpu_ms_per_rollout']:.0f} | {level['cpu_bound_efficiency']:.0%}"
 
 
+def _gate(hold_ms: float | None) -> str:
+    if hold_ms is None:
+        return "not recorded"
+    return f"yes, a turn held at most {hold_ms:g} ms" if hold_ms > 0 else "no (0)"
+
+
 def to_markdown(r: dict[str, Any]) -> str:
     m = r["machine"]
     rows = "\n".join(
@@ -187,9 +194,10 @@ def to_markdown(r: dict[str, Any]) -> str:
 Command: `{r.get("command", "coderl bench rollout")}` — {m["cpu"]}, {m["cores"]} cores. Scripted engine answering every
 call after {r["latency_s"]} s; each rollout is the `swe` loop on a real bwrap sandbox making {r["turns_per_rollout"]} calls
 (view, search, str_replace, bash `ls`/`grep`, submit), so the latency-bound ideal of one wave is {r["turns_per_rollout"]} × {r["latency_s"]} s.
-The wall time ends with the last trajectory; the sandboxes are taken down after their results, as in
-training (off the critical path: their CPU is in the CPU column, their time is not in the wall time).
-Sandboxes in the shared CPU-weight group (`sandbox.cpu_group`, root only): {"yes" if r.get("sandbox_cpu_group") else "no"}.
+The wall time ends with the last trajectory; the sandboxes are taken down once the level's last rollout
+is done, as in training (their CPU is in the CPU column, their time is not in the wall time).
+Sandboxes in the shared CPU-weight group (`sandbox.cpu_group`, root only): {"yes" if r.get("sandbox_cpu_group") else "no"};
+commands take turns in bursts (`sandbox.burst_gate_ms`): {_gate(r.get("burst_gate_ms"))}.
 
 | concurrent rollouts | wall (s) | ideal (s) | rollouts/s | ideal rollouts/s | efficiency | finished as scripted | machine CPU per rollout (ms) | CPU-bound ceiling |
 |---|---|---|---|---|---|---|---|---|
