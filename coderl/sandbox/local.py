@@ -19,10 +19,11 @@ READ_LIMIT = 64 << 20
 T = TypeVar("T")
 
 
-# Workspace file work (make, fill, read, write) is short and holds the GIL for most of its time:
-# more threads than this only add thread starts and GIL hand-overs (256 sandboxes filling at once
-# made ~200 threads and tripled the host CPU a fill costs). Removing a workspace can take long (a
-# tree of many files), so it runs in the large pool, as processes are tended.
+# Workspace file work (fill, read, write) is short and holds the GIL for most of its time: more
+# threads than this only add thread starts and GIL hand-overs (256 sandboxes filling at once made
+# ~200 threads). Making a workspace (a mount, which waits for the host's mount table while bwrap
+# starts read it) and removing one (a tree of many files) can take long: they run in the large pool,
+# where processes are tended.
 HOST_POOL = ThreadPoolExecutor(max_workers=8, thread_name_prefix="coderl-host")
 
 
