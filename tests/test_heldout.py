@@ -91,5 +91,29 @@ def test_summary_and_report_lead_with_held_out_pass_at_1(tmp_path: Path) -> None
     page = write_report(tmp_path, rows, summary).read_text()
     first_chart = page.index("<svg")
     assert page.index("Held-out pass@1 (95% interval)") > first_chart  # the first chart
-    assert page[first_chart:].index("Held-out pass@1") < page[first_chart:].index("Training reward")
+    assert page[first_chart:].index("Held-out pass@1") < page[first_chart:].index("RL signal")
     assert page.count('stroke-opacity="0.45"') == 2  # one interval bar per validation
+
+
+def test_the_validation_points_are_printed_side_by_side() -> None:
+    from coderl.train.validation import validation_table
+
+    def point(step: int, phase: str | None, greedy: float, sampled: float | None) -> dict[str, object]:
+        row: dict[str, object] = {"step": step, "val_pass_at_1": greedy, "val_pass_at_1_ci95": [0.0, 0.5],
+                                  "val_tasks": 24, "val_samples": 1, "val_temperature": 0.0}  # fmt: skip
+        if phase:
+            row["phase"] = phase
+        if sampled is not None:
+            row.update(val_sampled_pass_at_1=sampled, val_sampled_pass_at_1_ci95=[0.1, 0.4], val_sampled_tasks=24,
+                       val_sampled_samples=4, val_sampled_temperature=0.7)  # fmt: skip
+        return row
+
+    rows = [point(0, "start", 0.0, None), point(0, "sft", 0.125, 0.25), {"step": 1, "pass_rate": 0.5},
+            point(8, None, 0.25, 0.375)]  # fmt: skip
+    head, greedy, sampled = validation_table(rows)
+    assert head.split() == ["held-out", "pass@1", "start", "after", "warm", "start", "step", "8"]
+    assert greedy.startswith("greedy (1 x 24 tasks)") and greedy.split()[5:] == [
+        "0.000", "[0.000,", "0.500]", "0.125", "[0.000,", "0.500]", "0.250", "[0.000,", "0.500]"]  # fmt: skip
+    assert sampled.startswith("T=0.7 (4 x 24 tasks)") and sampled.split()[5] == "-"  # not sampled at the start
+    assert "0.375 [0.100, 0.400]" in sampled
+    assert validation_table([{"step": 1, "pass_rate": 0.5}]) == []

@@ -175,8 +175,10 @@ def test_train_syncs_weights_into_an_http_engine_server(
 
 
 def test_warm_start_then_rl(tmp_path: Path) -> None:
-    """The main job's chain on a small scale: validate (step 0) -> supervised warm start on gold
-    demonstrations of the training tasks -> validate -> RL -> validate, on synthesised tasks."""
+    """The main job's chain on a small scale: validate (step 0, greedy and sampled) -> supervised warm
+    start on gold demonstrations of the training tasks (full weights) -> validate -> calibration pass ->
+    RL with LoRA adapters on the warm start's weights, guided samples -> validate, on synthesised tasks.
+    No held-out task is ever rolled out outside validation: not in calibration, training or guidance."""
     # bugs in the function the issue calls, short enough that each demonstrated turn fits 120 tokens;
     # 4 warm-start steps at 1e-4 teach the calls' form, so the later turns stop early (a faster test);
     # a rollout stops at 200 model tokens (a demonstration here needs fewer)
@@ -187,20 +189,34 @@ def test_warm_start_then_rl(tmp_path: Path) -> None:
             f"train.tasks={suite}", "train.val_tasks=", "train.val_size=1", "train.val_samples=1",
             "train.steps=1", "train.tasks_per_step=1", "train.group_size=2",
             "rollout.max_tokens=120", "rollout.max_total_tokens=200", "sft.before_rl=true", f'sft.data=["gold:{suite}"]',
-            "sft.lr=1e-4", "sft.epochs=4", "sft.batch_size=2", f"run.dir={run}",
+            "sft.lr=1e-4", "sft.epochs=4", "sft.batch_size=2", "train.val_sampled=1", "train.calibrate_tasks=2",
+            "train.calibrate_samples=1", "train.guide_share=0.5", "actor.lora_rank=4", f"run.dir={run}",
         )
     )  # fmt: skip
     rows = checkpoints.read_metrics(run / "metrics.jsonl")
-    assert [(r["step"], r.get("phase")) for r in rows] == [(0, "start"), (0, "sft"), (1, None)]
+    assert [(r["step"], r.get("phase")) for r in rows] == [(0, "start"), (0, "sft"), (0, "calibrate"), (1, None)]
+    assert rows[2]["calibrate_tasks"] == 2 and rows[0]["val_sampled_samples"] == 1
+    assert "val_sampled_pass_at_1" in rows[3] and "teaching groups" in out and "after warm start" in out
+    assert (run / "warm" / "model.safetensors").is_file()  # the RL phase's base: the warm start's weights
+    assert (run / "checkpoints" / "step-000001" / "actor" / "adapter").is_dir()  # RL trains LoRA adapters
+    held = {t["task_id"] for t in read_trajectories(run / "validation" / "step-000000")}
+    assert len(held) == 1
+    trained = read_trajectories(run)
+    calibrated = read_trajectories(run / "calibration")
+    assert len(calibrated) == 2 and {t["task_id"] for t in trained + calibrated}.isdisjoint(held)
+    solved = {t["task_id"] for t in calibrated if t["resolved"]}
+    for t in trained:  # a task never solved yet gets one guided sample of its two; a solved one none
+        guided = sum(x["metrics"]["guided"] for x in trained if x["group_id"] == t["group_id"])
+        assert guided == (0 if t["task_id"] in solved else 1), (t["task_id"], solved)
     warm = rows[1]
     assert warm["sft_demos"] >= 1 and warm["sft_steps"] >= 1 and warm["policy_version"] == 1
     sources = warm["sft_sources"][f"gold:{suite}"]
     assert (
         sources["held_out_skipped"] >= 1
     )  # the held-out task (and any fixing its function) never demonstrated
-    for row in (rows[0], rows[1], rows[2]):  # held out at every validation (a second set: the gae test)
+    for row in (rows[0], rows[1], rows[3]):  # held out at every validation (a second set: the gae test)
         assert row["val_tasks"] == 1 and row["val_s"] > 0
-    assert rows[2]["policy_version"] == 2  # the warm start, then one RL update
+    assert rows[3]["policy_version"] == 2  # the warm start, then one RL update
     assert "held-out pass@1 (start -> end)" in out and "warm start:" in out
     assert (run / "sft.jsonl").is_file() and checkpoints.latest(run) is not None
 

@@ -214,9 +214,14 @@ def test_report_has_a_chart_per_metric_family(tmp_path: Path) -> None:
     path = write_report(tmp_path, rows, {"steps": 3})
     page = path.read_text()
     assert path.name == "report.html" and page.count("<svg") >= 5
-    for title in ("Training reward and pass rate", "KL and entropy", "Stage times"):
+    for title in ("RL signal: groups that can teach", "KL and entropy", "Stage times"):
         assert title in page
     assert "stage_s/rollout" in page and "reward_mean" in page
+    assert "No training signal" not in page
+    rows[-1]["signal_warning"] = "no training signal for 2 steps in a row (steps 2-3): every sample failed"
+    page = write_report(tmp_path, rows, {"steps": 3}).read_text()
+    assert page.index("No training signal") < page.index("<table>")  # the warning comes first
+    assert "step 3: no training signal for 2 steps in a row" in page
 
 
 def test_format_reward_shapes_the_batch_rewards_only() -> None:

@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from coderl.agents.baseline import BaselineCache, MakeSandbox
+from coderl.agents.guide import Guide
 from coderl.chat import ChatFormat
 from coderl.engine.base import Engine
 from coderl.engine.params import SamplingParams
@@ -54,6 +55,9 @@ class AgentContext:
     tools: list[str] | None = None
     """The tools a tool-using loop offers, by name (None = all of its tools): a smaller set is a shorter
     prompt and fewer ways to go wrong for a small model."""
+    guide: Guide | None = None
+    """A demonstration whose first tokens the environment writes in the model's place (mask 0): a
+    guided sample (:mod:`coderl.agents.guide`); tool loops honour it, other loops ignore it."""
     defer_close: Callable[[Awaitable[None]], None] | None = None
     """Where a loop hands the closing of what it opened (its sandbox) once its trajectory is complete,
     instead of awaiting it (see :mod:`coderl.rollout.teardown`); None: the loop awaits it."""

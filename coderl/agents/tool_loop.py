@@ -104,22 +104,29 @@ class ToolLoop(AgentLoop):
     ) -> str:
         lim = ctx.limits
         prefix = ctx.chat.encode(ctx.response_prefix) if ctx.response_prefix else []
-        for _turn in range(lim.max_turns):
+        guide = ctx.guide
+        for turn in range(lim.max_turns):
             if len(b.context) + len(prefix) >= lim.max_context_tokens:
                 return "context_limit"
             b.add_env(prefix)  # the turn's opening the environment writes for the model (mask 0)
-            room = lim.max_context_tokens - len(b.context)
-            sampling = ctx.sampling.model_copy(
-                update={"max_tokens": max(1, min(ctx.sampling.max_tokens, room))}
-            )
+            written = guide.written(turn) if guide is not None else []
+            b.add_env(written)  # a guided sample: the demonstration's start, in the model's place (mask 0)
+            b.guided_tokens += len(written)
             engine_before = b.engine_s
             turn_start = time.perf_counter()
-            completion = await b.sample(ctx.engine, sampling, session)
+            by_model = not (guide is not None and guide.whole(turn))
+            ids = written
+            if by_model:
+                room = lim.max_context_tokens - len(b.context)
+                sampling = ctx.sampling.model_copy(
+                    update={"max_tokens": max(1, min(ctx.sampling.max_tokens, room))}
+                )
+                ids = written + (await b.sample(ctx.engine, sampling, session)).token_ids
             engine_time = b.engine_s - engine_before
             tool_time = 0.0
             if b.response_len >= lim.max_total_tokens:
                 return "token_limit"
-            parsed = ctx.chat.parse(prefix + completion.token_ids, id_prefix=f"call_{b.traj.num_turns}")
+            parsed = ctx.chat.parse(prefix + ids, id_prefix=f"call_{turn + 1}")
             replies: list[Message] = []
             submitted = False
             for error in parsed.errors:
@@ -130,7 +137,8 @@ class ToolLoop(AgentLoop):
                 replies.append({"role": "user", "content": NO_CALL})
             for call in parsed.tool_calls[:1]:  # one action per turn keeps the loop simple to follow
                 tool = tools.get(call.name)
-                b.tool_calls[call.name] += 1
+                if by_model:  # a call the environment wrote for a guided sample is not the model's
+                    b.tool_calls[call.name] += 1
                 t0 = time.perf_counter()
                 if tool is None:
                     b.format_errors += 1
@@ -149,7 +157,7 @@ class ToolLoop(AgentLoop):
             if submitted:
                 b.sandbox_s += tool_time
                 return "submitted"
-            b.add_env(ctx.chat.append(completion.token_ids, replies, schemas))
+            b.add_env(ctx.chat.append(ids, replies, schemas))
             b.sandbox_s += tool_time
             b.turn_overheads.append(time.perf_counter() - turn_start - engine_time - tool_time)
         return "step_limit"

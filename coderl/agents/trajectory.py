@@ -21,6 +21,10 @@ class TrajectoryBuilder:
         self.policy_versions: list[int] = []
         self.tool_calls: Counter[str] = Counter()
         self.format_errors = 0
+        self.truncated_turns = 0
+        """Model turns the engine cut at their ``max_tokens`` (finish reason ``length``)."""
+        self.guided_tokens = 0
+        """Tokens of a demonstration the environment wrote in the model's place (a guided sample)."""
         self.engine_s = 0.0
         self.sandbox_s = 0.0
         self.turn_overheads: list[float] = []
@@ -49,6 +53,7 @@ class TrajectoryBuilder:
         t.logprobs += completion.logprobs
         t.token_versions += completion.token_versions or [completion.policy_version] * len(completion.token_ids)
         t.num_turns += 1
+        self.truncated_turns += completion.finish_reason == "length"
         self.policy_versions.append(completion.policy_version)
 
     def add_env(self, ids: list[int]) -> None:
@@ -72,6 +77,8 @@ class TrajectoryBuilder:
                 "model_tokens": float(model_tokens),
                 "env_tokens": float(len(t.response_ids) - model_tokens),
                 "format_errors": float(self.format_errors),
+                "truncated_turns": float(self.truncated_turns),
+                "guided_tokens": float(self.guided_tokens),
                 "tool_calls": float(sum(self.tool_calls.values())),
                 "engine_s": self.engine_s,
                 "sandbox_s": self.sandbox_s,

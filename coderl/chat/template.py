@@ -106,6 +106,12 @@ class ChatFormat:
             raise ChatError("cannot render an empty conversation; give at least one message")
         return self.encode(self.render_text(messages, tools, add_generation_prompt))
 
+    @property
+    def end_of_turn(self) -> int | None:
+        """The id the model samples to end its turn (``<|im_end|>`` in ChatML); None when the template
+        closes a turn with nothing the model writes."""
+        return self._trailer[0] if self._trailer else None
+
     # ------------------------------------------------------------------ token-space appends
     def turn_suffix(self, completion_ids: list[int]) -> list[int]:
         """Ids that close the assistant turn after what the model sampled.

@@ -89,6 +89,15 @@ def sft_before_rl_needs_data(cfg: Config) -> str | None:
     return None
 
 
+def lora_sync_needs_the_servers_base(cfg: Config) -> str | None:
+    if cfg.train.weight_sync == "lora" and cfg.sft.before_rl:
+        return (
+            "train.weight_sync: got 'lora' with sft.before_rl=true — the warm start changes every weight, so "
+            "an adapter alone would sit on a base the engine does not have; set train.weight_sync=full (or auto)"
+        )
+    return None
+
+
 def engine_replicas_need_ray(cfg: Config) -> str | None:
     if cfg.cluster.engine_replicas and cfg.cluster.backend != "ray":
         return (
@@ -136,6 +145,7 @@ RULES: list[Callable[[Config], str | None]] = [
     pass_k_needs_samples,
     remote_agent_needs_a_command,
     sft_before_rl_needs_data,
+    lora_sync_needs_the_servers_base,
     engine_replicas_need_ray,
     ray_actor_needs_ray,
     vllm_replicas_need_lora,

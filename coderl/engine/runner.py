@@ -127,6 +127,9 @@ class ModelRunner:
                 total = past + end - start
                 data[li, 0, :, past:total] = k[start:end].transpose(0, 1)  # [KVH, n, D]
                 data[li, 1, :, past:total] = v[start:end].transpose(0, 1)  # [KVH, n, D]
+                if end - start == 1:  # one decoding token: its query heads as G queries per KV head
+                    out[start] = _attend_one(q[start], data[li, 0, :, :total], data[li, 1, :, :total], shape)
+                    continue
                 out[start:end] = F.scaled_dot_product_attention(
                     q[start:end].transpose(0, 1),  # [H, n, D]
                     data[li, 0, :, :total],  # [KVH, T, D]
@@ -196,6 +199,20 @@ def _row_mask(pos: torch.Tensor, span: int) -> torch.Tensor:
     """``[B, 1, 1, span]``: key position ``t`` is visible to the query at ``pos[b]`` iff ``t <= pos[b]``."""
     keys = torch.arange(span, device=pos.device)  # [T]
     return (keys[None, :] <= pos[:, None])[:, None, None, :]
+
+
+def _attend_one(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, shape: AttentionShape) -> torch.Tensor:
+    """Attention of one new token over its whole cache: q ``[H, D]``, keys / values ``[KVH, T, D]`` ->
+    ``[H, D]``. The ``G = H / KVH`` query heads sharing a key/value head go in as ``G`` queries of it
+    (HF's ``repeat_kv`` order), so the cache is read once instead of repeated G times (SDPA's
+    ``enable_gqa`` on the CPU copies it, and its math kernel copies bf16 to float32: 7x slower at 1,000
+    cached tokens for SmolLM2's 9 / 3 heads in float32, 8x in bf16)."""
+    groups = shape.heads // shape.kv_heads
+    queries = q.view(1, shape.kv_heads, groups, shape.head_dim)  # [1, KVH, G, D]
+    out = F.scaled_dot_product_attention(  # 4-D without a mask: the CPU's flash kernel, no float32 copies of bf16
+        queries, keys[None], values[None], scale=shape.scale
+    )  # [1, KVH, G, D]
+    return out.reshape(shape.heads, shape.head_dim)  # [H, D]
 
 
 def _attend_rows(

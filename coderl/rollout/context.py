@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable
 
 from coderl.agents import AgentContext, AgentLimits, get_loop
 from coderl.agents.baseline import BaselineCache
+from coderl.agents.guide import Guide
 from coderl.chat import ChatFormat
 from coderl.engine.base import Engine
 from coderl.engine.params import SamplingParams
@@ -66,7 +67,9 @@ class ContextFactory:
         group_id: str,
         baselines: BaselineCache,
         defer_close: Callable[[Awaitable[None]], None] | None = None,
+        guide: Guide | None = None,
     ) -> AgentContext:
+        """``guide``: a guided sample's demonstration (:mod:`coderl.agents.guide`)."""
         r = self.rollout
         return AgentContext(
             engine,
@@ -81,4 +84,5 @@ class ContextFactory:
             remote_timeout_s=r.remote_timeout_s,
             tools=r.tools,
             defer_close=defer_close,
+            guide=guide,
         )

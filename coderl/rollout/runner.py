@@ -31,6 +31,7 @@ from typing import Any
 
 from coderl.agents.base import get_loop
 from coderl.agents.baseline import BaselineCache
+from coderl.agents.guide import Guide
 from coderl.engine.base import Engine, EngineView
 from coderl.engine.params import SamplingParams
 from coderl.rollout.config import RolloutConfig
@@ -64,6 +65,14 @@ class RolloutGroup:
     task: Task
     group_id: str
     size: int
+    guide: Guide | None = None
+    """The task's demonstration, for guided samples (:mod:`coderl.agents.guide`)."""
+    guided: int = 0
+    """How many of the group's samples (its last ones) are guided by ``guide``."""
+
+    def guide_of(self, sample: int) -> Guide | None:
+        """The guide of sample ``sample`` (0-based), or None for an unguided one."""
+        return self.guide if sample >= self.size - self.guided else None
 
 
 def task_groups(tasks: list[Task], size: int, tag: str = "") -> list[RolloutGroup]:
@@ -173,7 +182,8 @@ async def run_rollouts(
             try:
                 loop = get_loop(settings.agent)  # a fresh instance per rollout: loops may keep state
                 defer = closes.append if teardowns is not None else None
-                ctx = contexts(limited, group.group_id, baselines, defer)
+                guide = group.guide_of(sample)
+                ctx = contexts(limited, group.group_id, baselines, defer, guide)
                 traj = await loop.run(task, ctx)
             except Exception as exc:  # a loop bug must not cancel the siblings
                 traj = Trajectory(
@@ -183,6 +193,7 @@ async def run_rollouts(
             traj.label(group_id=group.group_id)
             traj.metrics["rollout_s"] = time.perf_counter() - t0
             traj.metrics["sample"] = float(sample)
+            traj.metrics["guided"] = float(group.guide_of(sample) is not None)
             result = RolloutResult(traj, False, None, task.tier)
             if settings.grade:
                 async with grading:

@@ -359,21 +359,22 @@ class Actor:
                 batch.num_tokens,
             )
         values: torch.Tensor | None = None
+        targets = batch.targets if keep is None else batch.targets[keep]  # [M or K]
         with self._autocast():
-            if self.cfg.packing:
+            if self.cfg.packing:  # the vocabulary projection a chunk of rows at a time (coderl.train.vocab)
                 checkpointing = self.cfg.gradient_checkpointing and model is self._hf
-                hidden, logits = decoder.entry(batch, keep, checkpointing)  # [M, E], [M or K, V]
+                hidden, logprobs, entropy = decoder.entry(
+                    batch, keep, checkpointing, temperature, with_entropy, self.cfg.vocab_chunk
+                )  # [M, E], [M or K], [M or K] or None
                 forwarded = batch.num_tokens
-            else:
+            else:  # the plain HF forward: full [M, V] logits (the packing benchmark's baseline)
                 logits, forwarded = padded_logits(model, sequences, starts, self.device)  # [M, V]
-                logits = logits if keep is None else logits[keep]  # [M or K, V]
+                logits = (logits if keep is None else logits[keep]).float()  # [M or K, V]
+                logprobs = token_logprobs(logits, targets, temperature)  # [M or K]
+                entropy = entropy_from_logits(logits, temperature) if with_entropy else None  # [M or K]
         if with_values:  # float32, outside autocast: a scalar regression head is cheap and precision-hungry
             assert self.value_head is not None and self.cfg.packing
             values = self.value_head(hidden.float())[:, 0]  # [M]
-        logits = logits.float()  # [M or K, V]
-        targets = batch.targets if keep is None else batch.targets[keep]
-        logprobs = token_logprobs(logits, targets, temperature)  # [M or K]
-        entropy = entropy_from_logits(logits, temperature) if with_entropy else None  # [M or K]
         if keep is not None:  # back to one value per scored token, 0 where masked out
             zeros = torch.zeros(keep.shape[0], device=self.device)  # [M]
             logprobs = zeros.masked_scatter(keep, logprobs)

@@ -42,6 +42,10 @@ class ActorConfig(Section):
     """Packed forward: a prompt prefix that consecutive samples share (a GRPO group's prompt, or the
     system prompt of different tasks) is forwarded once per micro-batch and the rest attends to it
     (same result up to rounding, far fewer tokens)."""
+    vocab_chunk: int = Field(512, ge=1)
+    """Packed forward: scored rows whose vocabulary logits are alive at once. Log-probs and entropies are
+    computed a chunk at a time and the backward pass recomputes each chunk's logits, so a micro-batch
+    never holds its whole [tokens, vocabulary] logits, their log-softmax and their gradients."""
     lora_rank: int = Field(0, ge=0)
     """LoRA rank; 0 = full fine-tuning."""
     lora_alpha: int = Field(16, gt=0)
@@ -104,6 +108,27 @@ class TrainConfig(Section):
     """How steps draw tasks: none = a seeded shuffled cycle; edge = tasks whose estimated pass rate
     (coderl tasks calibrate with this model and these rollout settings, then the training rollouts) is
     strictly between 0 and 1 first, then tasks never tried, then the rest."""
+    guide_share: float = Field(0.0, ge=0.0, lt=1.0)
+    """Guided samples (coderl.train.guidance): this share of each group of a task the policy has not yet
+    solved gets the first train.guide_fraction of the task's gold demonstration written by the
+    environment (mask 0, never trained; the model samples the rest). 0 = off. Needs tasks with gold
+    patches the loop can demonstrate (rollout.agent=swe)."""
+    guide_fraction: float = Field(0.5, ge=0.0, le=1.0)
+    """Share of the demonstration's tokens written into a guided sample at the first RL step; it falls
+    linearly to 0 over train.guide_steps steps."""
+    guide_steps: int | None = Field(None, ge=1)
+    """RL steps over which the guidance anneals to 0; empty = train.steps."""
+    calibrate_tasks: int = Field(0, ge=0)
+    """Before the first RL step (after the warm start, when there is one): roll out this many training
+    tasks train.calibrate_samples times under the current policy and start the curriculum's pass-rate
+    estimates from them (those of coderl tasks calibrate belong to the weights before the warm start).
+    0 = no calibration pass."""
+    calibrate_samples: int = Field(4, ge=1)
+    """Samples per task of the calibration pass, at rollout.temperature."""
+    signal_patience: int = Field(2, ge=0)
+    """Warn (console, metrics.jsonl, loggers, report.html) when this many steps in a row had no group whose
+    rewards differ, naming the likely cause: every sample failed, solved, or was truncated, the tool-call
+    parser never matched, or groups of one sample. 0 = never warn."""
     max_refill_rounds: int = Field(2, ge=0)
     """DAPO dynamic sampling: extra rollout rounds to replace groups whose rewards are all equal."""
     mode: Literal["sync", "async"] = "sync"
@@ -132,6 +157,9 @@ class TrainConfig(Section):
     """Tasks held out of train.tasks when train.val_tasks is empty (at most all but one)."""
     val_samples: int = Field(4, ge=1)
     """Samples per held-out task: pass@1 is their mean, so more samples give a steadier estimate."""
+    val_sampled: int = Field(0, ge=0)
+    """Samples per held-out task of a second validation at each point, at rollout.temperature (the policy
+    as RL samples it), reported as val_sampled_*; 0 = none."""
     val_every: int = Field(0, ge=0)
     """Validate before the first update (step 0), every N steps, and after the last (0 = only at the
     start and the end)."""

@@ -71,6 +71,12 @@ class Curriculum:
             est.samples += 1
             est.passed += int(r.resolved)
 
+    def restart(self, results: list[RolloutResult]) -> None:
+        """Forget every estimate (they belong to other weights: before a warm start) and count these
+        rollouts of the current policy (a calibration pass)."""
+        self.counts = {}
+        self.update(results)
+
     def edge_fraction(self) -> float:
         """Share of the training tasks whose observed pass rate is strictly between 0 and 1."""
         at_edge = sum(1 for t in self.tasks if self._band(t)[0] == 0)

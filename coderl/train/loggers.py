@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -58,12 +59,18 @@ class MetricSinks:
         append_jsonl(self.path, row)
         step = int(row["step"])
         numbers = flatten(row)
+        warning = row.get("signal_warning")  # text: a run with no training signal (coderl.train.signal)
         if self._tb is not None:
             for key, value in numbers.items():
                 self._tb.add_scalar(key, value, step)
+            if warning:
+                self._tb.add_text("signal_warning", str(warning), step)
             self._tb.flush()
         if self._wandb is not None:
             self._wandb.log(numbers, step=step)
+            if warning:  # the warning text is in metrics.jsonl and the console too: an alert W&B refuses
+                with contextlib.suppress(Exception):  # (offline mode) must not end the run
+                    self._wandb.alert(title="coderl: no training signal", text=str(warning))
 
     def close(self) -> None:
         if self._tb is not None:

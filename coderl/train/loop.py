@@ -40,9 +40,9 @@ from coderl.cluster.ray_rollouts import RayRollouts, connect, import_ray
 from coderl.config import Config
 from coderl.engine import create_engine
 from coderl.engine.base import Engine
+from coderl.errors import ConfigError
 from coderl.rl import keep_groups
 from coderl.rollout.context import ContextFactory
-from coderl.rollout.report import build_report
 from coderl.rollout.runner import (
     RolloutBounds,
     RolloutGroup,
@@ -57,10 +57,11 @@ from coderl.tasks.calibration import load_estimates, setting_key
 from coderl.tasks.split import train_and_held_out
 from coderl.threads import in_own_thread
 from coderl.train import checkpoints
-from coderl.train.actor import Scored
+from coderl.train.actor import Policy, Scored
 from coderl.train.batch import BatchLoss, build_batch, sequences_of
 from coderl.train.curriculum import Curriculum
 from coderl.train.fanout import FanOutSync
+from coderl.train.guidance import Guidance
 from coderl.train.idle import IdleClock
 from coderl.train.ledger import SampledLedger
 from coderl.train.loggers import MetricSinks
@@ -69,7 +70,9 @@ from coderl.train.producer import Group, RolloutProducer, lag, lag_counts, stale
 from coderl.train.ranks import ShardedActor, build_actor
 from coderl.train.report import write_report
 from coderl.train.sft import build_demos, check_demos, check_gold_kinds, train_sft
-from coderl.train.sync import WeightSync, choose_sync
+from coderl.train.signal import SignalWatch, signal_metrics
+from coderl.train.sync import WeightSync, choose_sync, export_checkpoint
+from coderl.train.validation import Validation, validation_table
 from coderl.types import Task, Trajectory
 
 log = logging.getLogger(__name__)
@@ -86,14 +89,10 @@ class Trainer:
         self.cfg = cfg
         self.run_dir = run_dir
         self.console = console or Console(stderr=True)
-        self.actor = build_actor(
-            cfg.actor.model_copy(update={"seed": cfg.run.seed}),
-            cfg.model.path,
-            cfg.model.cache_dir,
-            value_head=cfg.algo.advantage == "gae",
-            cluster=cfg.cluster,
+        self.actor = self._build_actor(cfg.actor.lora_rank > 0, cfg.model.path)
+        self.weight_sync: WeightSync = choose_sync(
+            cfg.train, cfg.engine, cfg.actor, cfg.model, run_dir, warm_start=cfg.sft.before_rl
         )
-        self.weight_sync: WeightSync = choose_sync(cfg.train, cfg.engine, cfg.actor, cfg.model, run_dir)
         self.settings = RolloutSettings.from_config(cfg.rollout, cfg.tasks)
         r = cfg.rollout
         self.max_response = min(r.max_tokens * r.max_turns, r.max_total_tokens)
@@ -117,10 +116,38 @@ class Trainer:
         self.start_step = 1
         self.rows: list[dict[str, Any]] = []
         self._draws = 0  # rollout rounds so far: names fresh groups
+        self._rl_step = 1  # the RL step being drawn for (the guidance's schedule)
+        self.guidance: Guidance | None = None  # guided samples (train.guide_share > 0)
+        self.signal = SignalWatch(cfg.train.signal_patience, cfg.train.group_size)
+        """Steps in a row whose groups could not teach, and the warning when there are too many."""
 
     # ------------------------------------------------------------------ set-up
+    @property
+    def warm_dir(self) -> Path:
+        """Where a warm start under an RL phase with LoRA leaves its weights: the LoRA actor's base."""
+        return self.run_dir / "warm"
+
+    def _build_actor(self, lora: bool, model_path: Path | None) -> Policy:
+        """The actor of ``cfg.actor`` on ``model_path``, with LoRA adapters or full weights."""
+        cfg = self.cfg
+        update: dict[str, Any] = {"seed": cfg.run.seed} | ({} if lora else {"lora_rank": 0})
+        return build_actor(
+            cfg.actor.model_copy(update=update), model_path, cfg.model.cache_dir,
+            value_head=cfg.algo.advantage == "gae", cluster=cfg.cluster,
+        )  # fmt: skip
+
     async def setup(self, resume: bool = False) -> None:
         cfg = self.cfg
+        done = checkpoints.read_metrics(self.run_dir / "metrics.jsonl") if resume else []
+        if cfg.sft.before_rl and cfg.actor.lora_rank > 0:
+            # LoRA is the RL phase's: the warm start trains full weights, and RL's adapters sit on its result
+            warmed = any(r.get("phase") == "sft" for r in done)
+            if warmed and not (self.warm_dir / "config.json").is_file():
+                raise ConfigError(
+                    f"{self.run_dir} finished its warm start but has no {self.warm_dir.name}/ (the RL phase's "
+                    "base); start the run again without --resume"
+                )
+            self.actor = self._build_actor(warmed, self.warm_dir if warmed else cfg.model.path)
         self.tasks, self.val_tasks = self._split_tasks()
         random.Random(cfg.run.seed).shuffle(self.tasks)
         key, _ = setting_key(cfg.model, cfg.rollout)
@@ -136,6 +163,8 @@ class Trainer:
             self.engine = await self._start_engine()
         chat = ChatFormat.for_model(cfg.model)
         self.contexts = ContextFactory(cfg.rollout, cfg.sandbox, chat)
+        held = {t.id for t in [*self.val_tasks, *self.val_also_tasks]}
+        self.guidance = Guidance(cfg.train, cfg.rollout, chat, held) if cfg.train.guide_share > 0 else None
         self.clock = IdleClock(self.engine)
         self.ledger = SampledLedger(self.clock)
         if self.remote is not None:
@@ -174,7 +203,9 @@ class Trainer:
             if cfg.cluster.engine_replicas and self._given_engine is None:
                 self.replicas = RayEngines(cfg, self.remote.namespace)
                 engine = await self.replicas.start()
-                lora = cfg.actor.lora_rank > 0 and cfg.train.weight_sync in ("auto", "lora")
+                lora = cfg.actor.lora_rank > 0 and (
+                    cfg.train.weight_sync == "lora" or (cfg.train.weight_sync == "auto" and not cfg.sft.before_rl)
+                )  # after a full-weight warm start the replicas' base is not the policy's (choose_sync)
                 self.weight_sync = FanOutSync(self.replicas, lora, self.run_dir / "weights")
                 self.console.print(
                     f"engine replicas ({cfg.cluster.engine_server}): {', '.join(self.replicas.urls)}"
@@ -233,13 +264,19 @@ class Trainer:
                 )
                 if (self.val_tasks or self.val_also_tasks) and not any(r.get("step") == 0 for r in self.rows):
                     start = {"step": 0, "phase": "start", "policy_version": self.version}
-                    start.update(await self._validate(0, progress))
+                    start.update(await self._validation(progress).run(0))
                     sinks.write(start)
                     self.rows.append(start)
                 if cfg.sft.before_rl and not any(r.get("phase") == "sft" for r in self.rows):
                     warm = await self._warm_start(progress)
                     sinks.write(warm)
                     self.rows.append(warm)
+                if cfg.train.calibrate_tasks and self.start_step == 1 and not any(
+                    r.get("phase") == "calibrate" for r in self.rows
+                ):
+                    calibration = await self._calibrate(progress)
+                    sinks.write(calibration)
+                    self.rows.append(calibration)
                 for step in range(self.start_step, cfg.train.steps + 1):
                     row = await self.step(step, store, progress)
                     sinks.write(row)
@@ -257,6 +294,8 @@ class Trainer:
     def finish(self) -> Path:
         rows = checkpoints.read_metrics(self.run_dir / "metrics.jsonl")
         summary = run_summary(rows)
+        for line in validation_table(rows):
+            self.console.print(line, highlight=False, soft_wrap=True)
         if "held-out pass@1" in summary:
             self.console.print(f"held-out pass@1 (start -> end): {summary['held-out pass@1']}")
         return write_report(self.run_dir, rows, summary)
@@ -264,6 +303,7 @@ class Trainer:
     # ------------------------------------------------------------------ one step
     async def step(self, step: int, store: TrajectoryStore, progress: Progress) -> dict[str, Any]:
         cfg = self.cfg
+        self._rl_step = step
         assert self.ledger is not None
         assert self.clock is not None
         timer = StageTimer()
@@ -299,7 +339,14 @@ class Trainer:
                 keep = _informative_groups(trainable)
                 trainable = [r for r in trainable if r.trajectory.group_id in keep]
         row = rollout_metrics(step, results)
+        row.update(signal_metrics(results))
         row.update(extra)
+        warning = self.signal.observe(step, results)
+        row["starved_steps"] = self.signal.streak
+        if warning is not None:
+            row["signal_warning"] = warning
+            log.warning("%s", warning)
+            self.console.print(f"[bold yellow]warning:[/] {warning}")
         if self.remote is not None:  # rollouts started again because their worker died
             row["rollout_retries"] = self.remote.retried - retried
         row.update(
@@ -313,8 +360,15 @@ class Trainer:
         if trainable:
             row.update(await self._update([r.trajectory for r in trainable], timer))
         else:
-            row.update(logprob_mismatch=0.0, grad_norm=0.0, update_skipped=1.0)
-            log.warning("step %d: nothing to train on (no trajectory passed the checks)", step)
+            row.update(
+                logprob_mismatch=0.0, grad_norm=0.0, update_skipped=1.0, advantage_abs_mean=0.0, trained_tokens=0
+            )
+            why = (
+                "dynamic sampling kept no group (every group's rewards were equal)"
+                if cfg.algo.dynamic_sampling and results and token_mismatch == 0
+                else "no trajectory passed the checks"
+            )
+            log.warning("step %d: nothing to train on (%s)", step, why)
         row["policy_version"] = self.version
         if step % cfg.train.save_every == 0 or step == cfg.train.steps:
             with timer("save"):
@@ -323,7 +377,7 @@ class Trainer:
             step == cfg.train.steps or (cfg.train.val_every and step % cfg.train.val_every == 0)
         ):
             with timer("validate"):
-                row.update(await self._validate(step, progress))
+                row.update(await self._validation(progress).run(step))
         row.update(timer.row())
         wall = time.perf_counter() - began
         trainer_idle = (
@@ -357,6 +411,11 @@ class Trainer:
         progress.remove_task(bar)
         with (self.run_dir / "sft.jsonl").open("w") as out:
             out.writelines(json.dumps(r) + "\n" for r in sft_rows)
+        if cfg.actor.lora_rank > 0:  # the RL phase trains LoRA adapters on the warm start's weights
+            await in_own_thread(export_checkpoint, self.actor, cfg.model, self.warm_dir)
+            await in_own_thread(self.actor.close)
+            self.actor = self._build_actor(True, self.warm_dir)
+            await in_own_thread(self.actor.setup)
         self.actor.reset_optimizer()
         self.actor.snapshot_reference()
         await self._sync(self.version + 1)
@@ -368,9 +427,42 @@ class Trainer:
             f"warm start: {len(demos)} demonstrations, {len(sft_rows)} steps, nll {nll[0]:.3f} -> {nll[-1]:.3f}"
         )
         if self.val_tasks or self.val_also_tasks:
-            row.update(await self._validate(0, progress, name="sft"))
+            row.update(await self._validation(progress).run(0, name="sft"))
         row["sft_s"] = time.perf_counter() - t0
         await in_own_thread(self._save, 0, row)
+        return row
+
+    async def _calibrate(self, progress: Progress) -> dict[str, Any]:
+        """``train.calibrate_tasks`` training tasks, ``train.calibrate_samples`` times each, under the
+        policy RL starts from: the curriculum's estimates start from these (earlier ones, of other
+        weights, are dropped). Stored under ``calibration/``; never trained on."""
+        cfg = self.cfg
+        t = cfg.train
+        assert self.curriculum is not None
+        began = time.perf_counter()
+        picked = random.Random(cfg.run.seed).sample(self.tasks, min(t.calibrate_tasks, len(self.tasks)))
+        results = await self._rollout(task_groups(picked, t.calibrate_samples, tag="cal."), progress, "calibration")
+        store = TrajectoryStore(self.run_dir / "calibration")
+        for r in results:
+            store.add(r.trajectory, r.record(step=0))
+        store.close()
+        self.curriculum.restart(results)
+        rates = [e.rate for tid in {x.id for x in picked} if (e := self.curriculum.counts.get(tid)) and e.rate is not None]
+        row: dict[str, Any] = {
+            "step": 0, "phase": "calibrate", "policy_version": self.version,
+            "calibrate_tasks": len(picked), "calibrate_samples": t.calibrate_samples,
+            "calibrate_edge": sum(1 for p in rates if 0 < p < 1), "calibrate_always": sum(1 for p in rates if p == 1),
+            "calibrate_never": sum(1 for p in rates if p == 0),
+            "calibrate_pass_rate": sum(r.resolved for r in results) / max(len(results), 1),
+            "calibrate_s": round(time.perf_counter() - began, 2),
+        }  # fmt: skip
+        self.console.print(
+            f"calibration: {len(picked)} training tasks x {t.calibrate_samples} samples at T={cfg.rollout.temperature:g}: "
+            f"{row['calibrate_edge']} sometimes solved (the curriculum draws these first), {row['calibrate_always']} "
+            f"always, {row['calibrate_never']} never; pass rate {row['calibrate_pass_rate']:.0%} "
+            f"({row['calibrate_s'] / 60:.1f} min)"
+        )
+        await in_own_thread(self._save, 0, row)  # a resumed run keeps the estimates
         return row
 
     # ------------------------------------------------------------------ stages
@@ -427,6 +519,15 @@ class Trainer:
             r.trajectory.label(version_offset=self.version - self._engine_base)
         return results
 
+    def _validation(self, progress: Progress) -> Validation:
+        """Held-out validation (:mod:`coderl.train.validation`) through this run's rollouts."""
+
+        async def roll(groups: list[RolloutGroup], label: str, temperature: float | None) -> list[RolloutResult]:
+            return await self._rollout(groups, progress, label, temperature)
+
+        c = self.cfg
+        return Validation(c.train, c.rollout, self.run_dir, self.console, roll, self.val_tasks, self.val_also_tasks)
+
     def _draw(self, n: int) -> list[RolloutGroup]:
         """The next ``n`` training tasks (:class:`~coderl.train.curriculum.Curriculum`: a seeded
         shuffled cycle, or the tasks at the policy's edge), each a fresh group of ``train.group_size``
@@ -434,7 +535,8 @@ class Trainer:
         assert self.curriculum is not None
         picked = self.curriculum.draw(n)
         self._draws += 1
-        return task_groups(picked, self.cfg.train.group_size, tag=f"{self._draws}.")
+        groups = task_groups(picked, self.cfg.train.group_size, tag=f"{self._draws}.")
+        return self.guidance.attach(groups, self.curriculum, self._rl_step) if self.guidance else groups
 
     async def _rollout(
         self,
@@ -511,6 +613,7 @@ class Trainer:
             "train_tokens": update["tokens"],
             "update_skipped": update["skipped"],
             "advantage_abs_mean": float((batch.advantages.abs() * mask).sum() / mask.sum().clamp(min=1)),
+            "trained_tokens": int(mask.sum()),
             "shaped_reward_mean": float(batch.rewards[batch.counted > 0].mean()),
         }
 
@@ -543,47 +646,6 @@ class Trainer:
             "row": row,
         }
         checkpoints.commit(self.run_dir, tmp, step, state, self.cfg.train.keep_checkpoints)
-
-    async def _validate(self, step: int, progress: Progress, name: str = "") -> dict[str, Any]:
-        """Held-out pass@1 on the held-out tasks (``val_*``) and on ``train.val_also`` (``val_also_*``)."""
-        row = await self._validate_set(step, progress, name, self.val_tasks, "val")
-        if self.val_also_tasks:
-            row.update(await self._validate_set(step, progress, name, self.val_also_tasks, "val_also"))
-        return row
-
-    async def _validate_set(
-        self, step: int, progress: Progress, name: str, tasks: list[Task], prefix: str
-    ) -> dict[str, Any]:
-        """Every task of ``tasks`` ``train.val_samples`` times at the validation temperature, graded like
-        training rollouts and stored under ``validation/step-N[-name]/<prefix>``."""
-        assert self.contexts is not None
-        t = self.cfg.train
-        temperature = self.cfg.rollout.temperature if t.val_temperature is None else t.val_temperature
-        groups = task_groups(tasks, t.val_samples, tag=f"{prefix}{step}{name}.")
-        began = time.perf_counter()
-        where = f"step {step}{' (' + name + ')' if name else ''}"
-        results = await self._rollout(groups, progress, f"{where}: {prefix}", temperature)
-        folder = self.run_dir / "validation" / f"step-{step:06d}{'-' + name if name else ''}"
-        store = TrajectoryStore(folder if prefix == "val" else folder / prefix)
-        for r in results:
-            store.add(r.trajectory, r.record(step=step))
-        store.close()
-        report = build_report([r.report_row() for r in results], {x.id: x.tier for x in tasks}, [1])
-        lo, hi = report["pass@1_ci95"]
-        label = "held-out pass@1" if prefix == "val" else f"held-out pass@1 ({t.val_also})"
-        self.console.print(
-            f"{where}: {label} {report['pass@1']:.3f} [95% {lo:.3f}, {hi:.3f}] over {len(tasks)} tasks x "
-            f"{t.val_samples} samples ({report['resolved_instances']} tasks solved)"
-        )
-        return {
-            f"{prefix}_pass_at_1": report["pass@1"],
-            f"{prefix}_pass_at_1_ci95": report["pass@1_ci95"],
-            f"{prefix}_reward_mean": report["mean_reward"],
-            f"{prefix}_tasks_solved": report["resolved_instances"],
-            f"{prefix}_tasks": len(tasks),
-            f"{prefix}_samples": t.val_samples,
-            f"{prefix}_s": round(time.perf_counter() - began, 2),  # wall clock of this set's validation
-        }
 
 
 def _informative_groups(results: list[RolloutResult]) -> set[str]:

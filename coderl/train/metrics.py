@@ -56,10 +56,16 @@ def rollout_metrics(step: int, results: list[RolloutResult]) -> dict[str, Any]:
 
 
 def summary_line(row: dict[str, Any]) -> str:
-    """One console line per step."""
+    """One console line per step: the signal first (groups that can teach, solved share, truncation,
+    parse failures, tool calls, |advantage|, tokens trained), then the update's health."""
+    groups = row.get("groups", 0)
+    teaching = round(row.get("teaching_groups", 0.0) * groups)
     return (
+        f"teaching groups {teaching}/{groups} solved {row['pass_rate']:.0%} "
         f"reward {row['reward_mean']:.2f} (shaped {row.get('shaped_reward_mean', row['reward_mean']):.2f}) "
-        f"pass {row['pass_rate']:.0%} len {row['response_len_mean']:.0f} "
+        f"truncated {row.get('truncated_share', 0.0):.0%} parse-fail {row.get('parse_failure_rate', 0.0):.0%} "
+        f"calls {row.get('tool_calls_mean', 0.0):.1f} |adv| {row.get('advantage_abs_mean', 0.0):.2f} "
+        f"trained {row.get('trained_tokens', 0)} tok len {row['response_len_mean']:.0f} "
         f"kl {row.get('kl', 0.0):.4f} ent {row.get('entropy', 0.0):.2f} mismatch {row.get('logprob_mismatch', 0.0):.1e} "
         f"{row.get('step_s', 0.0):.0f}s"
     )
@@ -105,6 +111,10 @@ def run_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
         shaped = [r.get("shaped_reward_mean", 0.0) for r in train]
         summary["shaped reward (first steps)"] = sum(shaped[: len(head)]) / len(head)
         summary["shaped reward (last steps)"] = sum(shaped[-len(tail) :]) / len(tail)
+    summary["teaching groups (mean share over steps)"] = sum(r.get("teaching_groups", 0.0) for r in train) / len(train)
+    warnings = [f"step {r['step']}: {r['signal_warning']}" for r in train if r.get("signal_warning")]
+    if warnings:
+        summary["signal warnings"] = " | ".join(warnings)
     summary["logprob_mismatch (max over steps)"] = max(r.get("logprob_mismatch", 0.0) for r in train)
     summary["token_mismatch (total)"] = sum(r.get("token_mismatch", 0) for r in train)
     return summary

@@ -33,6 +33,7 @@ from torch.utils.checkpoint import checkpoint
 
 from coderl.engine.decoder import AttentionShape, project_qkv, rotary
 from coderl.errors import ConfigError
+from coderl.train.vocab import DEFAULT_CHUNK, chunked_logprobs
 
 
 @dataclass
@@ -202,17 +203,29 @@ class PackedDecoder:
         self.calls: list[Callable[..., torch.Tensor]] = [partial(self._layer, layer) for layer in self.layers]
         """What forwards each decoder layer, ``(hidden, cos, sin, spans) -> hidden``: the layer's own
         computation, or (sharded actor) the same wrapped in FSDP's gather/reshard hooks."""
-        self.entry: Callable[..., tuple[torch.Tensor, torch.Tensor]] = self.scored
+        self.entry: Callable[..., tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]] = self.scored
         """What the actor calls: :meth:`scored`, or (sharded actor) the same wrapped in FSDP's hooks of
         the root unit (embeddings, final norm, lm_head)."""
 
     def scored(
-        self, batch: PackedBatch, keep: torch.Tensor | None = None, gradient_checkpointing: bool = False
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Hidden states of the scored rows ``[M, E]`` and the logits ``[K, V]`` of those ``keep``
-        selects (``[M]`` booleans; None: all M rows)."""
+        self,
+        batch: PackedBatch,
+        keep: torch.Tensor | None,
+        gradient_checkpointing: bool,
+        temperature: float,
+        with_entropy: bool,
+        chunk: int = DEFAULT_CHUNK,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """Hidden states of the scored rows ``[M, E]``, and the float32 log-probs of their targets (and
+        entropies, ``with_entropy``) ``[K]`` for the rows ``keep`` selects (``[M]`` booleans; None: all M
+        rows), through the lm_head ``chunk`` rows at a time (:mod:`coderl.train.vocab`)."""
         hidden = self.hidden(batch, gradient_checkpointing)  # [M, E]
-        return hidden, self.model.lm_head(hidden if keep is None else hidden[keep])  # [M or K, V]
+        rows, targets = (hidden, batch.targets) if keep is None else (hidden[keep], batch.targets[keep])
+        head = self.model.lm_head
+        if getattr(head, "bias", None) is not None or not isinstance(head, torch.nn.Linear):
+            raise ConfigError("the packed forward needs a plain linear lm_head without bias")
+        logprobs, entropy = chunked_logprobs(rows, head.weight, targets, temperature, with_entropy, chunk)
+        return hidden, logprobs, entropy  # [M, E], [K], [K] or None
 
     def hidden(self, batch: PackedBatch, gradient_checkpointing: bool = False) -> torch.Tensor:
         """Final-normed hidden states of the scored rows ``[M, E]`` (input of the lm_head)."""

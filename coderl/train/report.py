@@ -17,9 +17,12 @@ _COLOURS = ["#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#
 _W, _H, _PAD = 520, 220, 58
 
 CHARTS: list[tuple[str, list[str]]] = [
-    ("Held-out pass@1 (95% interval)", ["val_pass_at_1", "val_also_pass_at_1"]),
-    ("Training reward and pass rate", ["reward_mean", "shaped_reward_mean", "pass_rate"]),
-    ("Format errors per trajectory", ["format_errors_mean"]),
+    ("Held-out pass@1 (95% interval)", ["val_pass_at_1", "val_sampled_pass_at_1", "val_also_pass_at_1"]),
+    ("RL signal: groups that can teach, solved share, reward", ["teaching_groups", "pass_rate", "reward_mean", "shaped_reward_mean"]),
+    ("Truncated samples and turns, tool-call parse failures", ["truncated_share", "turn_truncated_share", "parse_failure_rate"]),
+    ("Tool calls and format errors per trajectory", ["tool_calls_mean", "format_errors_mean"]),
+    ("Mean |advantage| of trained tokens", ["advantage_abs_mean"]),
+    ("Tokens trained on (model tokens in the loss)", ["trained_tokens"]),
     ("Response length (model tokens)", ["response_len_mean", "response_len_max"]),
     ("KL and entropy", ["kl", "entropy"]),
     ("Rollout vs trainer logprob mismatch", ["logprob_mismatch"]),
@@ -128,7 +131,7 @@ def write_report(run_dir: Path, rows: list[dict[str, Any]], summary: dict[str, A
 table{{border-collapse:collapse}} th,td{{text-align:left;padding:3px 10px;border-bottom:1px solid #eee}}</style></head>
 <body><h1>Training report: {html.escape(run_dir.name)}</h1>
 <p>{sum(1 for r in rows if "pass_rate" in r)} steps; written {time.strftime("%Y-%m-%d %H:%M:%S")}. Per-step metrics are in metrics.jsonl.</p>
-<table>{table}</table>
+{_warnings(rows)}<table>{table}</table>
 <div class="grid">{"".join(charts)}</div>
 <script type="application/json" id="metrics">{html.escape(json.dumps(rows))}</script>
 </body></html>
@@ -136,6 +139,18 @@ table{{border-collapse:collapse}} th,td{{text-align:left;padding:3px 10px;border
     path = run_dir / "report.html"
     path.write_text(page)
     return path
+
+
+def _warnings(rows: list[dict[str, Any]]) -> str:
+    """The run's signal warnings (:mod:`coderl.train.signal`) in a box above everything else."""
+    found = [(r["step"], r["signal_warning"]) for r in rows if r.get("signal_warning")]
+    if not found:
+        return ""
+    items = "".join(f"<li>step {step}: {html.escape(str(text))}</li>" for step, text in found)
+    return (
+        '<div class="warn" style="border:2px solid #ea580c;background:#fff7ed;padding:8px 14px;margin:12px 0">'
+        f"<strong>No training signal</strong><ul>{items}</ul></div>"
+    )
 
 
 def _fmt(value: Any) -> str:

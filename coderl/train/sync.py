@@ -6,8 +6,8 @@
 - :class:`LoraAdapterSync`: with LoRA, only the adapter (a peft folder, a few MB) goes through the
   engine's ``load_lora_adapter`` API; the server serves base + adapter.
 
-``train.weight_sync`` picks one (``auto`` = LoRA for HTTP engines when ``actor.lora_rank > 0``, else
-full weights the way the engine takes them). Each returns nothing; the engine's own policy version
+``train.weight_sync`` picks one (``auto`` = LoRA for HTTP engines when ``actor.lora_rank > 0`` and no
+warm start precedes RL, else full weights the way the engine takes them). Each returns nothing; the engine's own policy version
 moves, and the trainer keeps the run's version.
 """
 
@@ -101,12 +101,19 @@ class LoraAdapterSync(WeightSync):
 
 
 def choose_sync(
-    train: TrainConfig, engine: EngineConfig, actor: ActorConfig, model: ModelConfig, run_dir: Path
+    train: TrainConfig,
+    engine: EngineConfig,
+    actor: ActorConfig,
+    model: ModelConfig,
+    run_dir: Path,
+    warm_start: bool = False,
 ) -> WeightSync:
-    """The sync ``train.weight_sync`` names for this engine (``auto``: see the module doc)."""
+    """The sync ``train.weight_sync`` names for this engine (``auto``: see the module doc). After a
+    full-weight warm start (``warm_start``) a server's base model is no longer the policy's base, so
+    ``auto`` sends full weights."""
     mode = train.weight_sync
     if mode == "auto":
-        mode = "lora" if engine.type == "http" and actor.lora_rank > 0 else "full"
+        mode = "lora" if engine.type == "http" and actor.lora_rank > 0 and not warm_start else "full"
     weights = run_dir / "weights"
     if mode == "lora":
         return LoraAdapterSync(weights)

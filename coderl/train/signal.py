@@ -1,0 +1,171 @@
+"""Whether a training step's rollouts can teach the policy anything, and one loud warning when, for
+several steps in a row, none could.
+
+A group-relative estimator (GRPO, RLOO, Dr.GRPO) learns only from a group whose samples got different
+rewards: a group that all failed, or all passed, has every advantage 0, and a step made only of such
+groups changes nothing however long it runs. That failure is silent — the loss is 0, the gradient is
+0, the run looks healthy — and its usual causes are mundane: every sample hits a length limit (its
+reward is 0 before the model did anything), the tool-call parser never matches what the model writes,
+the group holds one sample, or the tasks are all too hard (or all too easy) for the policy.
+
+Owns: the per-step signal figures of a step's rollouts (:func:`signal_metrics`) and the diagnosis of a
+starved run (:class:`SignalWatch`). Must not: choose what is trained on (DAPO dynamic sampling does,
+in the loop) or touch rewards; every figure is read off the rollouts as graded.
+
+Figures, per step (all samples rolled out in the step, refills included):
+
+- ``teaching_groups``: share of groups whose task rewards differ (the groups that can teach);
+- ``pass_rate`` (the solved share) and ``reward_mean`` are :func:`coderl.train.metrics.rollout_metrics`';
+- ``truncated_share``: share of samples a limit ended (``token_limit``, ``step_limit``,
+  ``context_limit``), and ``turn_truncated_share``: share of model turns cut at ``rollout.max_tokens``;
+- ``parse_failure_rate``: format errors per model turn (a malformed call, a turn with no call, an
+  unknown tool);
+- ``tool_calls_mean``: parsed tool calls per sample;
+- and, from the update, ``advantage_abs_mean`` and ``trained_tokens`` (model tokens in the loss).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from coderl.rollout.runner import RolloutResult
+
+LIMITS = ("token_limit", "step_limit", "context_limit")
+"""Exit statuses of a rollout that a limit ended, not the agent."""
+
+
+def _groups(results: list[RolloutResult]) -> dict[str, list[float]]:
+    rewards: dict[str, list[float]] = defaultdict(list)
+    for r in results:
+        rewards[r.trajectory.group_id].append(r.trajectory.reward)
+    return rewards
+
+
+def signal_metrics(results: list[RolloutResult]) -> dict[str, Any]:
+    """The signal figures of one step's rollouts (module doc)."""
+    trajs = [r.trajectory for r in results]
+    n = max(len(trajs), 1)
+    groups = _groups(results)
+    turns = sum(t.num_turns for t in trajs)
+    return {
+        "groups": len(groups),
+        "teaching_groups": sum(1 for g in groups.values() if max(g) > min(g)) / max(len(groups), 1),
+        "truncated_share": sum(1 for t in trajs if t.exit_status in LIMITS) / n,
+        "turn_truncated_share": sum(t.metrics.get("truncated_turns", 0.0) for t in trajs) / max(turns, 1),
+        "parse_failure_rate": sum(t.metrics.get("format_errors", 0.0) for t in trajs) / max(turns, 1),
+        "tool_calls_mean": sum(t.metrics.get("tool_calls", 0.0) for t in trajs) / n,
+    }
+
+
+@dataclass
+class _Window:
+    """What the steps of the current streak without a teaching group rolled out."""
+
+    steps: list[int] = field(default_factory=list)
+    samples: int = 0
+    solved: int = 0
+    truncated: int = 0
+    limits: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    turns: int = 0
+    truncated_turns: float = 0.0
+    format_errors: float = 0.0
+    tool_calls: float = 0.0
+    largest_group: int = 0
+    all_pass_groups: int = 0
+    all_fail_groups: int = 0
+
+
+class SignalWatch:
+    """Counts steps in a row in which no group could teach and, when there are ``patience`` of them,
+    says so once (per streak) with the likely cause and what to try. ``patience`` 0: never warns."""
+
+    def __init__(self, patience: int, group_size: int) -> None:
+        self.patience = patience
+        self.group_size = group_size
+        self.window = _Window()
+
+    @property
+    def streak(self) -> int:
+        """Steps in a row, up to the last one observed, in which no group could teach."""
+        return len(self.window.steps)
+
+    def observe(self, step: int, results: list[RolloutResult]) -> str | None:
+        """Take one step's rollouts; the warning text when this step completes a starved streak of
+        ``patience`` steps, else None."""
+        groups = _groups(results)
+        if any(max(g) > min(g) for g in groups.values()):
+            self.window = _Window()
+            return None
+        w = self.window
+        w.steps.append(step)
+        for r in results:
+            t = r.trajectory
+            w.samples += 1
+            w.solved += int(r.resolved)
+            if t.exit_status in LIMITS:
+                w.truncated += 1
+                w.limits[t.exit_status] += 1
+            w.turns += t.num_turns
+            w.truncated_turns += t.metrics.get("truncated_turns", 0.0)
+            w.format_errors += t.metrics.get("format_errors", 0.0)
+            w.tool_calls += t.metrics.get("tool_calls", 0.0)
+        for g in groups.values():
+            w.largest_group = max(w.largest_group, len(g))
+            if g and min(g) > 0:
+                w.all_pass_groups += 1
+            else:
+                w.all_fail_groups += 1
+        if self.patience <= 0 or len(w.steps) != self.patience:
+            return None
+        return f"no training signal for {len(w.steps)} steps in a row (steps {w.steps[0]}-{w.steps[-1]}): {diagnose(w)}"
+
+
+def diagnose(w: _Window) -> str:
+    """The likely cause of a starved streak and what to try, most specific first."""
+    if w.largest_group <= 1:
+        return (
+            "every group has one sample (train.group_size=1), so no group can compare its samples and every "
+            "group-relative advantage is 0. Set train.group_size to 2 or more (8 gives a task solved 1 time "
+            "in 5 a success in 83% of its groups)."
+        )
+    limits = ", ".join(f"{k} {v}" for k, v in sorted(w.limits.items()))
+    cut_short = w.truncated_turns >= w.turns / 2 or any(k != "step_limit" for k in w.limits)
+    if w.samples and w.truncated == w.samples and cut_short:
+        return (
+            f"every sample was cut off by a limit ({limits}; {w.truncated_turns:.0f} of {w.turns} turns cut at "
+            "rollout.max_tokens) before it finished, so its reward is 0 whatever the model did. Raise "
+            "rollout.max_total_tokens / rollout.max_tokens (or engine.max_model_len with "
+            "rollout.max_context_tokens), or warm the policy up first (sft.before_rl=true) so it finishes in "
+            "fewer tokens."
+        )
+    if w.samples and w.tool_calls == 0 and w.format_errors > 0:
+        return (
+            f"the tool-call parser matched none of the model's {w.turns} turns ({w.format_errors:.0f} format "
+            "errors, 0 tool calls), so no sample could act and every reward is 0. Check model.tool_format "
+            "(hermes / xml) against the form the model writes, and rollout.response_prefix; look at a "
+            "trajectory with `coderl view RUN_DIR`."
+        )
+    if w.samples and w.truncated == w.samples:
+        return (
+            f"every sample used all its turns ({limits}) without submitting. Raise rollout.max_turns, or warm "
+            "the policy up first (sft.before_rl=true) so it submits sooner."
+        )
+    if w.solved == 0:
+        return (
+            f"every sample failed ({w.samples} samples, 0 solved): the tasks are too hard for this policy. "
+            "Try a supervised warm start (sft.before_rl=true), train.curriculum=edge with calibrated pass "
+            "rates (coderl tasks calibrate), a lower rollout.temperature, a larger train.group_size, "
+            "guided samples (train.guide_share > 0), or partial credit (algo.partial_credit > 0)."
+        )
+    if w.solved == w.samples:
+        return (
+            f"every sample solved its task ({w.samples} samples): the tasks are too easy for this policy. "
+            "Draw harder ones (train.curriculum=edge), or raise rollout.temperature."
+        )
+    return (
+        f"every group was all-pass ({w.all_pass_groups}) or all-fail ({w.all_fail_groups}); no group mixed "
+        "the two. Raise train.group_size so a task the policy sometimes solves shows both, use "
+        "train.curriculum=edge, or turn on DAPO dynamic sampling (algo.dynamic_sampling=true)."
+    )

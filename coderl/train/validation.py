@@ -1,0 +1,152 @@
+"""Held-out validation inside a training run, and the side-by-side table of its points.
+
+A run validates before any update (step 0, ``start``), after a supervised warm start (``sft``), every
+``train.val_every`` steps and after the last. At each point every held-out task is rolled out
+``train.val_samples`` times at ``train.val_temperature`` (the main job: once, greedily) — keys
+``val_*`` — and, with ``train.val_sampled > 0``, that many times more at the rollout temperature, the
+policy as RL samples it — keys ``val_sampled_*``; ``train.val_also`` (a second held-out set) gets the
+first kind, keys ``val_also_*``. Each pass@1 comes with its 95% interval (over tasks).
+
+Owns: what one validation rolls out, stores (``validation/step-N[-name]/[kind]``) and reports, and
+:func:`validation_table`. Must not: roll out itself (the trainer's ``roll`` does, with its engine,
+ledger and bounds) or draw training tasks.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from coderl.rollout.config import RolloutConfig
+from coderl.rollout.report import build_report
+from coderl.rollout.runner import RolloutGroup, RolloutResult, task_groups
+from coderl.rollout.store import TrajectoryStore
+from coderl.train.config import TrainConfig
+from coderl.types import Task
+
+Roll = Callable[[list[RolloutGroup], str, float | None], Awaitable[list[RolloutResult]]]
+"""The trainer's rollout: (groups, progress label, temperature) -> graded results."""
+
+POINTS = {"start": "start", "sft": "after warm start"}
+"""Names of validation points in the table (a step's point is named by its step)."""
+
+
+class Validation:
+    """Validates ``tasks`` (and ``also``, ``train.val_also``'s) at a point of the run."""
+
+    def __init__(
+        self,
+        train: TrainConfig,
+        rollout: RolloutConfig,
+        run_dir: Path,
+        console: Console,
+        roll: Roll,
+        tasks: list[Task],
+        also: list[Task],
+    ) -> None:
+        self.train = train
+        self.rollout = rollout
+        self.run_dir = run_dir
+        self.console = console
+        self.roll = roll
+        self.tasks = tasks
+        self.also = also
+
+    @property
+    def wanted(self) -> bool:
+        return bool(self.tasks or self.also)
+
+    async def run(self, step: int, name: str = "") -> dict[str, Any]:
+        """Every kind of validation at step ``step`` (``name``: ``sft`` after the warm start)."""
+        t = self.train
+        val_t = self.rollout.temperature if t.val_temperature is None else t.val_temperature
+        row: dict[str, Any] = {}
+        if self.tasks:
+            row.update(await self._set(step, name, self.tasks, "val", val_t, t.val_samples))
+        if self.tasks and t.val_sampled:
+            row.update(
+                await self._set(step, name, self.tasks, "val_sampled", self.rollout.temperature, t.val_sampled)
+            )
+        if self.also:
+            row.update(await self._set(step, name, self.also, "val_also", val_t, t.val_samples))
+        return row
+
+    async def _set(
+        self, step: int, name: str, tasks: list[Task], prefix: str, temperature: float, samples: int
+    ) -> dict[str, Any]:
+        """Every task of ``tasks`` ``samples`` times at ``temperature``, graded like training rollouts and
+        stored under ``validation/step-N[-name]/<prefix>`` (``val``: the folder itself)."""
+        groups = task_groups(tasks, samples, tag=f"{prefix}{step}{name}.")
+        began = time.perf_counter()
+        where = f"step {step}{' (' + name + ')' if name else ''}"
+        results = await self.roll(groups, f"{where}: {prefix}", temperature)
+        folder = self.run_dir / "validation" / f"step-{step:06d}{'-' + name if name else ''}"
+        store = TrajectoryStore(folder if prefix == "val" else folder / prefix)
+        for r in results:
+            store.add(r.trajectory, r.record(step=step))
+        store.close()
+        report = build_report([r.report_row() for r in results], {x.id: x.tier for x in tasks}, [1])
+        lo, hi = report["pass@1_ci95"]
+        label = {
+            "val": "held-out pass@1",
+            "val_sampled": f"held-out pass@1 at T={temperature:g}",
+            "val_also": f"held-out pass@1 ({self.train.val_also})",
+        }[prefix]
+        self.console.print(
+            f"{where}: {label} {report['pass@1']:.3f} [95% {lo:.3f}, {hi:.3f}] over {len(tasks)} tasks x "
+            f"{samples} samples ({report['resolved_instances']} tasks solved)"
+        )
+        return {
+            f"{prefix}_pass_at_1": report["pass@1"],
+            f"{prefix}_pass_at_1_ci95": report["pass@1_ci95"],
+            f"{prefix}_reward_mean": report["mean_reward"],
+            f"{prefix}_tasks_solved": report["resolved_instances"],
+            f"{prefix}_tasks": len(tasks),
+            f"{prefix}_samples": samples,
+            f"{prefix}_temperature": temperature,
+            f"{prefix}_s": round(time.perf_counter() - began, 2),  # wall clock of this set's validation
+        }
+
+
+def point_name(row: dict[str, Any]) -> str:
+    """How the table names a validation row's point."""
+    phase = row.get("phase")
+    if phase in POINTS:
+        return POINTS[str(phase)]
+    return f"step {row['step']}"
+
+
+def validation_table(rows: list[dict[str, Any]]) -> list[str]:
+    """The run's validation points side by side, one line per kind of validation (module doc), e.g.::
+
+        held-out pass@1          start                 after warm start      step 12
+        greedy (1 x 24 tasks)    0.000 [0.000, 0.138]  0.167 [0.067, 0.359]  0.250 [0.120, 0.449]
+    """
+    points = [r for r in rows if "val_pass_at_1" in r or "val_also_pass_at_1" in r]
+    if not points:
+        return []
+    width = 23
+    lines = ["held-out pass@1".ljust(28) + "".join(point_name(r).ljust(width) for r in points)]
+    for prefix in ("val", "val_sampled", "val_also"):
+        have = [r for r in points if f"{prefix}_pass_at_1" in r]
+        if not have:
+            continue
+        last = have[-1]
+        temperature = last.get(f"{prefix}_temperature")
+        how = "greedy" if temperature == 0 else (f"T={temperature:g}" if temperature is not None else "")
+        if prefix == "val_also":
+            how = f"second set {how}".strip()
+        head = f"{how} ({last[f'{prefix}_samples']} x {last[f'{prefix}_tasks']} tasks)"
+        cells = []
+        for r in points:
+            if f"{prefix}_pass_at_1" in r:
+                lo, hi = r[f"{prefix}_pass_at_1_ci95"]
+                cells.append(f"{r[f'{prefix}_pass_at_1']:.3f} [{lo:.3f}, {hi:.3f}]".ljust(width))
+            else:
+                cells.append("-".ljust(width))
+        lines.append(head.ljust(28) + "".join(cells))
+    return lines

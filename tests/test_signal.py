@@ -1,0 +1,111 @@
+"""Training-signal diagnostics (coderl.train.signal): the figures by hand, each cause of a starved run,
+and real runs built to starve — every sample truncated, a tool parser that never matches, groups of
+one sample — each of which must say so loudly (console, metrics.jsonl, report.html)."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from coderl.config import load_config
+from coderl.engine.scripted import ScriptedEngine
+from coderl.rollout.runner import RolloutResult
+from coderl.train.loop import Trainer
+from coderl.train.signal import SignalWatch, signal_metrics
+from coderl.types import Trajectory
+
+
+def result(group: str, reward: float, status: str = "submitted", **metrics: float) -> RolloutResult:
+    traj = Trajectory(task_id=group.split("#")[0], group_id=group, prompt_ids=[1], reward=reward)
+    traj.exit_status = status
+    traj.num_turns = int(metrics.pop("turns", 2))
+    traj.metrics = {"format_errors": 0.0, "tool_calls": 2.0, "truncated_turns": 0.0, **metrics}
+    return RolloutResult(traj, reward > 0, None)
+
+
+def test_signal_figures_by_hand() -> None:
+    results = [
+        result("a#0", 1.0), result("a#0", 0.0, "token_limit", truncated_turns=1.0),  # group a can teach
+        result("b#0", 0.0, format_errors=2.0, tool_calls=0.0), result("b#0", 0.0),  # group b cannot
+    ]  # fmt: skip
+    m = signal_metrics(results)
+    assert m["groups"] == 2 and m["teaching_groups"] == 0.5
+    assert m["truncated_share"] == 0.25  # one of four samples ended by a limit
+    assert m["turn_truncated_share"] == 1 / 8  # one of eight model turns cut at max_tokens
+    assert m["parse_failure_rate"] == 2 / 8 and m["tool_calls_mean"] == 6 / 4
+
+
+@pytest.mark.parametrize(
+    ("samples", "cause"),
+    [
+        ([result("a#0", 0.0), result("b#0", 0.0)], "train.group_size=1"),
+        ([result("a#0", 0.0, format_errors=2.0, tool_calls=0.0)] * 2, "tool-call parser matched none"),
+        ([result("a#0", 0.0, "token_limit")] * 2, "cut off by a limit (token_limit 4; 0 of 8 turns"),
+        ([result("a#0", 0.0, "step_limit")] * 2, "used all its turns (step_limit 4)"),
+        ([result("a#0", 0.0), result("a#0", 0.0)], "every sample failed"),
+        ([result("a#0", 1.0), result("a#0", 1.0)], "every sample solved"),
+        ([result("a#0", 1.0), result("a#0", 1.0), result("b#0", 0.0), result("b#0", 0.0)], "all-pass (2) or all-fail (2)"),
+    ],
+)
+def test_each_starved_streak_names_its_cause_once(samples: list[RolloutResult], cause: str) -> None:
+    watch = SignalWatch(patience=2, group_size=2)
+    assert watch.observe(1, samples) is None and watch.streak == 1
+    warning = watch.observe(2, samples)
+    assert warning is not None and "no training signal for 2 steps in a row (steps 1-2)" in warning
+    assert cause in warning
+    assert watch.observe(3, samples) is None and watch.streak == 3  # said once per streak
+    assert watch.observe(4, [result("a#0", 1.0), result("a#0", 0.0)]) is None and watch.streak == 0
+
+
+def test_patience_zero_never_warns() -> None:
+    watch = SignalWatch(patience=0, group_size=2)
+    assert all(watch.observe(s, [result("a#0", 0.0)] * 2) is None for s in range(1, 5))
+
+
+# ------------------------------------------------------------------ runs built to starve
+STARVE = [
+    "train.tasks=bundled:strkit-s010", "train.val_tasks=none", "train.steps=2", "train.tasks_per_step=1",
+    "train.group_size=2", "train.signal_patience=2", "rollout.agent=swe",
+    "rollout.tools=[show_function,replace_function,submit]", "rollout.max_tokens=16", "rollout.max_turns=2",
+    "actor.lr=1e-6",
+]  # fmt: skip
+
+
+def _starve(tmp_path: Path, engine: ScriptedEngine, *extra: str) -> tuple[dict[str, object], str, str]:
+    cfg = load_config(overrides=[*STARVE, *extra, f"run.dir={tmp_path}"])
+    out = io.StringIO()
+    report = asyncio.run(Trainer(cfg, tmp_path, Console(file=out, width=300), engine=engine).run())
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["teaching_groups"] for r in rows] == [0.0, 0.0]
+    assert "signal_warning" not in rows[0]
+    return rows[-1], out.getvalue(), report.read_text()
+
+
+@pytest.mark.slow
+def test_a_run_whose_every_sample_is_truncated_says_so(tmp_path: Path, tokenizer: object) -> None:
+    # the default scripted reply counts up for max_tokens ids: no turn ever ends, the token limit ends each rollout
+    row, console, page = _starve(tmp_path, ScriptedEngine(), "rollout.max_total_tokens=24")
+    assert row["truncated_share"] == 1.0 and row["turn_truncated_share"] == 1.0
+    assert "cut off by a limit" in str(row["signal_warning"])
+    assert "warning:" in console and "cut off by a limit" in console
+    assert "No training signal" in page and "cut off by a limit" in page
+
+
+@pytest.mark.slow
+def test_a_run_whose_tool_calls_never_parse_says_so(tmp_path: Path, tokenizer: object) -> None:
+    engine = ScriptedEngine(tokenizer=tokenizer, default="I would fix the bug now.")  # never a tool call
+    row, console, _ = _starve(tmp_path, engine)
+    assert row["parse_failure_rate"] == 1.0 and row["tool_calls_mean"] == 0.0
+    assert "tool-call parser matched none" in str(row["signal_warning"]) and "model.tool_format" in console
+
+
+@pytest.mark.slow
+def test_a_run_with_groups_of_one_sample_says_so(tmp_path: Path, tokenizer: object) -> None:
+    engine = ScriptedEngine(tokenizer=tokenizer, default="I would fix the bug now.")
+    row, _, _ = _starve(tmp_path, engine, "train.group_size=1", "algo.advantage=reinforce_pp")
+    assert row["groups"] == 1 and "train.group_size=1" in str(row["signal_warning"])
