@@ -17,7 +17,7 @@ from coderl.rollout.runner import task_groups
 from coderl.tasks import grade, load_tasks
 from coderl.tasks.calibration import Estimate
 from coderl.train.curriculum import Curriculum
-from coderl.train.guidance import Guidance
+from coderl.train.guidance import Guidance, fix_point
 from coderl.types import Task
 from tests.test_agents import ScriptedChatEngine, assert_token_exact, call, ctx_for
 from tests.test_tasks import make_native
@@ -70,6 +70,28 @@ async def test_a_guided_rollout_writes_the_demonstrations_start_and_the_model_sa
     assert (await grade(task, traj.patch)).resolved
 
 
+def fix_context(task: Task) -> str:
+    """The buggy line's text before its first changed character (from the gold patch)."""
+    lines = (task.gold_patch or "").splitlines()
+    old = next(x[1:] for x in lines if x.startswith("-") and not x.startswith("---"))
+    new = next(x[1:] for x in lines if x.startswith("+") and not x.startswith("+++"))
+    n = 0
+    while old[n] == new[n]:
+        n += 1
+    return old[:n].strip()
+
+
+def test_the_fix_point_of_a_one_line_change_by_hand() -> None:
+    patch = "--- a/m.py\n+++ b/m.py\n@@ -1,3 +1,3 @@\n def f(x):\n-    return x - 1\n+    return x + 1\n"
+    turns = ["show>", "replace>\ndef f(x):\n    return x + 1\n</tool_call>"]
+    assert fix_point(turns, patch) == (1, turns[1].index("+ 1"))
+    assert fix_point(turns, patch.replace("def f(x)", "def g(x)")) == (1, turns[1].index("+ 1"))  # the line alone
+    twice = ["replace>\ndef g(x):\n    return x + 1\n\ndef h(x):\n    return x + 1\n"]
+    assert fix_point(twice, patch) is None  # not the right context, and the line alone is ambiguous
+    added = "--- a/m.py\n+++ b/m.py\n@@ -1,2 +1,3 @@\n def f(x):\n+    x = abs(x)\n     return x\n"
+    assert fix_point(["def f(x):\n    x = abs(x)\n    return x"], added) == (0, len("def f(x):\n"))
+
+
 def test_guidance_guides_unsolved_tasks_anneals_and_refuses_held_out_ones(tmp_path: Path, tokenizer: Any) -> None:
     # the bundled synth task's gold plan with the main job's symbol tools
     cfg = load_config(
@@ -86,7 +108,13 @@ def test_guidance_guides_unsolved_tasks_anneals_and_refuses_held_out_ones(tmp_pa
     (group,) = guidance.attach(task_groups(tasks[:1], 8), curriculum, step=1)
     assert group.guided == 2 and group.guide is not None
     assert [group.guide_of(i) is not None for i in range(8)] == [False] * 6 + [True] * 2
-    assert 0 < group.guide.tokens == group.guide.total // 2
+    demo = guidance._demonstration(tasks[0])
+    assert demo is not None and 0 < demo[1] < group.guide.total
+    assert group.guide.tokens == demo[1] // 2  # half the tokens before the fix at step 1
+    chat = ChatFormat(tokenizer)
+    flat = [i for turn in demo[0] for i in turn]
+    shown = chat.decode(flat[: demo[1]])  # everything up to the token that must change
+    assert shown.endswith(fix_context(tasks[0])) and shown.count("<tool_call>") == 2  # turn 1, then turn 2 up to the fix
     curriculum.counts["strkit-s010"] = Estimate(4, 1)  # once solved: no longer guided
     (group,) = guidance.attach(task_groups(tasks[:1], 8), curriculum, step=1)
     assert group.guided == 0 and group.guide is None

@@ -113,9 +113,10 @@ class TrainConfig(Section):
     solved gets the first train.guide_fraction of the task's gold demonstration written by the
     environment (mask 0, never trained; the model samples the rest). 0 = off. Needs tasks with gold
     patches the loop can demonstrate (rollout.agent=swe)."""
-    guide_fraction: float = Field(0.5, ge=0.0, le=1.0)
-    """Share of the demonstration's tokens written into a guided sample at the first RL step; it falls
-    linearly to 0 over train.guide_steps steps."""
+    guide_fraction: float = Field(1.0, ge=0.0, le=1.0)
+    """Share of the demonstration's tokens before its fix written into a guided sample at the first RL
+    step (1.0: everything up to the token where the bug must be changed); it falls linearly to 0 over
+    train.guide_steps steps."""
     guide_steps: int | None = Field(None, ge=1)
     """RL steps over which the guidance anneals to 0; empty = train.steps."""
     calibrate_tasks: int = Field(0, ge=0)

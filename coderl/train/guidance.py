@@ -3,8 +3,11 @@
 With ``train.guide_share > 0``, every group of a task the policy is not known to solve (no success in
 the curriculum's counts: calibration and earlier training rollouts) gets ``round(guide_share x
 group_size)`` guided samples, its last ones: the environment writes the first ``guide_fraction`` of
-the task's gold demonstration — the model-side turns a demonstration of the warm start would hold
-(:func:`coderl.train.demos.gold_plan`) — and the model samples the rest (:mod:`coderl.agents.guide`).
+the tokens of the task's gold demonstration — the model-side turns a demonstration of the warm start
+would hold (:func:`coderl.train.demos.gold_plan`) — that come *before its fix* (:func:`fix_point`), and
+the model samples the rest (:mod:`coderl.agents.guide`). At 1.0 a guided sample is brought to the very
+token where the bug must be changed, and the decision that fails the unguided samples is the model's:
+the group's rewards then differ by what the policy does there.
 The fraction falls linearly from ``guide_fraction`` at the first RL step to 0 after
 ``guide_steps`` steps (``train.steps`` when unset), so the last steps are plain on-policy RL. Rewards
 stay the hidden tests' verdict; the written tokens are mask 0 and never trained.
@@ -15,6 +18,7 @@ draws only training tasks, and :meth:`Guidance.attach` refuses any id it was tol
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 from coderl.agents.guide import Guide, guide_tokens
@@ -39,7 +43,7 @@ class Guidance:
         self.rollout = rollout
         self.chat = chat
         self.held_out = held_out
-        self._turns: dict[str, tuple[tuple[int, ...], ...] | None] = {}
+        self._turns: dict[str, tuple[tuple[tuple[int, ...], ...], int] | None] = {}
 
     @property
     def on(self) -> bool:
@@ -66,23 +70,79 @@ class Guidance:
             if group.task.id in self.held_out:  # cannot happen by construction; the guard keeps it so
                 raise ConfigError(f"guidance: {group.task.id} is held out and must never be guided")
             known = curriculum.counts.get(group.task.id)
-            turns = self._demonstration(group.task)
-            if turns is None or (known is not None and known.passed > 0):
+            demo = self._demonstration(group.task)
+            if demo is None or (known is not None and known.passed > 0):
                 out.append(group)
                 continue
-            total = sum(len(t) for t in turns)
-            guide = Guide(turns, guide_tokens(total, fraction))
+            turns, before_fix = demo
+            guide = Guide(turns, guide_tokens(before_fix, fraction))
             out.append(replace(group, guide=guide, guided=min(guided, group.size - 1)))
         return out
 
-    def _demonstration(self, task: Task) -> tuple[tuple[int, ...], ...] | None:
-        """The task's gold turns as token ids, each closed by the end-of-turn token (None: no gold plan)."""
+    def _demonstration(self, task: Task) -> tuple[tuple[tuple[int, ...], ...], int] | None:
+        """The task's gold turns as token ids, each closed by the end-of-turn token, and how many of
+        their tokens come before the fix (None: no gold plan, or its fix cannot be found in it)."""
         if task.id not in self._turns:
-            plan = gold_plan(task, self.rollout, self.chat.tool_format)
-            end = self.chat.end_of_turn
-            self._turns[task.id] = (
-                None
-                if isinstance(plan, str)
-                else tuple(tuple(self.chat.encode(text) + ([end] if end is not None else [])) for text in plan)
-            )
+            self._turns[task.id] = self._plan(task)
         return self._turns[task.id]
+
+    def _plan(self, task: Task) -> tuple[tuple[tuple[int, ...], ...], int] | None:
+        plan = gold_plan(task, self.rollout, self.chat.tool_format)
+        if isinstance(plan, str) or task.gold_patch is None:
+            return None
+        end = self.chat.end_of_turn
+        turns = tuple(tuple(self.chat.encode(text) + ([end] if end is not None else [])) for text in plan)
+        where = fix_point(plan, task.gold_patch)
+        if where is None:
+            return None
+        turn, offset = where
+        before = sum(len(t) for t in turns[:turn])
+        return turns, before + self._tokens_before(turns[turn], plan[turn][:offset])
+
+    def _tokens_before(self, ids: tuple[int, ...], text: str) -> int:
+        """How many leading ``ids`` decode to a prefix of ``text`` (the tokens before a character offset,
+        never one that reaches past it)."""
+        k = min(len(self.chat.encode(text)), len(ids))
+        while k > 0 and not text.startswith(self.chat.decode(list(ids[:k]))):
+            k -= 1
+        return k
+
+
+def _json_escaped(text: str) -> str:
+    return json.dumps(text)[1:-1]
+
+
+def fix_point(turns: list[str], gold_patch: str) -> tuple[int, int] | None:
+    """Where a demonstration's turns make the gold patch's first change: (turn, character offset) of the
+    first character in which the new line differs from the line it replaces (the start of an added
+    line when nothing is removed). The added line is found after the hunk's last two context lines (or
+    one, or alone when it occurs once), so an identical line elsewhere in the function is not taken for
+    it. None when it cannot be found."""
+    lines = gold_patch.split("\n")
+    start = next((i for i, line in enumerate(lines) if line.startswith("@@")), None)
+    if start is None:
+        return None
+    context: list[str] = []
+    removed: str | None = None
+    for line in lines[start + 1 :]:
+        if line.startswith("-") and removed is None:
+            removed = line[1:]
+        elif line.startswith("+"):
+            added = line[1:]
+            shared = 0
+            while removed is not None and shared < min(len(removed), len(added)) and removed[shared] == added[shared]:
+                shared += 1
+            for n in (2, 1, 0):  # the most context that is there (a demonstration starts at the def line)
+                for written in (str, _json_escaped):  # XML calls carry code raw, JSON calls escaped
+                    anchor = written("\n".join([*context[len(context) - n :], added]) if n else added)
+                    line = written(added)
+                    for i, text in enumerate(turns):
+                        at = text.find(anchor)
+                        if at >= 0 and (n or text.count(line) == 1):  # alone, the line must be unique
+                            return i, at + len(anchor) - len(line) + len(written(added[:shared]))
+            return None
+        elif line.startswith(" ") and removed is None:
+            context.append(line[1:])
+        elif line.startswith("@@"):
+            return None
+    return None
