@@ -324,3 +324,19 @@ async def test_ledger_rejects_a_changed_logprob() -> None:
     first = traj.response_mask.index(1)
     traj.logprobs[first] += 0.5
     assert "logprobs" in (ledger.verify(traj) or "")
+
+
+def test_phase_minutes_by_hand() -> None:
+    from coderl.train.metrics import phase_minutes
+
+    rows = [
+        {"step": 0, "phase": "start", "val_s": 60.0, "val_sampled_s": 120.0},
+        {"step": 0, "phase": "sft", "sft_s": 600.0, "val_s": 30.0, "val_sampled_s": 90.0},
+        {"step": 0, "phase": "calibrate", "calibrate_s": 120.0},
+        {"step": 1, "pass_rate": 0.0, "samples": 16, "step_s": 60.0, "stage_s": {"rollout": 40.0}},
+        {"step": 2, "pass_rate": 0.0, "samples": 16, "step_s": 240.0, "stage_s": {"validate": 180.0}},
+    ]
+    assert phase_minutes(rows) == [
+        ("start validation", 3.0), ("warm start", 8.0), ("validation after it", 2.0), ("calibration", 2.0),
+        ("RL (2 steps, 32 samples)", 2.0), ("validation during and after RL", 3.0),
+    ]  # fmt: skip

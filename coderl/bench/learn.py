@@ -166,6 +166,7 @@ def _one_run(cfg: Config, console: Console, run_dir: Path, jobs: int) -> dict[st
         "minutes": minutes,  # wall clock, start-up and validations included
         "val": (task_rates(first), task_rates(last)),
         "val_also": (task_rates(first / "val_also"), task_rates(last / "val_also")),
+        "val_sampled": (task_rates(first / "val_sampled"), task_rates(last / "val_sampled")),
     }
 
 

@@ -147,9 +147,88 @@ def bench_train(
         result["prefix_sharing"] = _prefix_sharing(actors["packed"], vocab, quick, cfg.run.seed)
     result["prefix_sharing_speedup"] = result["prefix_sharing"]["prefix_sharing_speedup"]
     del actors
+    with console.status("an RL batch through the actor before and after (full float32 / the configured actor)"):
+        result["rl_update"] = _rl_update(cfg, quick)
     if default_step:
         result["default_step"] = _one_default_step(cfg, console)
+        if not quick:
+            result["rl_steps"] = {
+                name: _one_default_step(step_cfg, console) for name, step_cfg in _before_and_after(cfg).items()
+            }
     return result
+
+
+BEFORE = {"lora_rank": 0, "dtype": "float32"}
+"""The RL phase's actor before issue 33: full weights in float32 (and 1 task x 4 samples a step)."""
+
+
+def _before_and_after(cfg: Config) -> dict[str, Config]:
+    """The RL step as the main job ran it before (one task x 4 samples, full float32 actor) and as the
+    configuration runs it now."""
+    before = cfg.model_copy(
+        update={
+            "actor": cfg.actor.model_copy(update=BEFORE),
+            "train": cfg.train.model_copy(update={"tasks_per_step": 1, "group_size": 4}),
+        }
+    )
+    return {"before": before, "after": cfg}
+
+
+def _rl_update(cfg: Config, quick: bool) -> dict[str, Any]:
+    """One GRPO-shaped batch — groups of G samples of one prompt, responses of model turns with
+    environment tokens between them (mask 0) — through ``Actor.train_step`` with the RL loss's
+    needs (entropy), in the actor of before (full float32) and the configured one, alternating rounds;
+    trained (mask-1) tokens per second and samples per minute of update."""
+    import random as _random
+
+    from coderl.train.batch import BatchLoss, build_batch
+    from coderl.types import Trajectory
+
+    groups, group, prompt_len, rounds = (1, 2, 64, 1) if quick else (2, 8, 470, 2)
+    rng = _random.Random(cfg.run.seed)
+    trajs = []
+    for g in range(groups):
+        prompt = [rng.randrange(100, 40000) for _ in range(prompt_len)]
+        for i in range(group):
+            resp: list[int] = []
+            mask: list[int] = []
+            for turn in range(3):  # a model turn, then the tool's output (none after the last)
+                n = rng.randrange(20, 200) if not quick else 8
+                resp += [rng.randrange(100, 40000) for _ in range(n)]
+                mask += [1] * n
+                if turn < 2:
+                    m = rng.randrange(20, 150) if not quick else 8
+                    resp += [rng.randrange(100, 40000) for _ in range(m)]
+                    mask += [0] * m
+            trajs.append(
+                Trajectory(task_id=f"t{g}", group_id=f"t{g}#0", prompt_ids=prompt, response_ids=resp,
+                           response_mask=mask, logprobs=[-1.0 if b else 0.0 for b in mask], reward=float(i % 2))
+            )  # fmt: skip
+    batch = build_batch(trajs, cfg.algo, max(len(t.response_ids) for t in trajs))
+    trained = int(batch.mask.sum())
+    actors = {
+        "before": Actor(cfg.actor.model_copy(update=BEFORE), cfg.model.path, cfg.model.cache_dir),
+        "after": Actor(cfg.actor, cfg.model.path, cfg.model.cache_dir),
+    }
+    seconds: dict[str, list[float]] = {name: [] for name in actors}
+    for actor in actors.values():
+        actor.setup()
+    for _ in range(rounds):
+        for name, actor in actors.items():
+            t0 = time.perf_counter()
+            actor.train_step(batch.sequences, batch.starts, 1.0, BatchLoss(batch, cfg.algo), True)
+            seconds[name].append(time.perf_counter() - t0)
+    out: dict[str, Any] = {"samples": len(trajs), "trained_tokens": trained, "rounds": rounds}
+    for name, times in seconds.items():
+        step = statistics.median(times)
+        out[name] = {
+            "settings": {k: getattr(actors[name].cfg, k) for k in ("lora_rank", "dtype", "vocab_chunk")},
+            "step_s": step,
+            "trained_tokens_per_s": trained / step,
+            "samples_per_minute": 60 * len(trajs) / step,
+        }
+    out["speedup"] = out["before"]["step_s"] / out["after"]["step_s"]
+    return out
 
 
 def _one_default_step(cfg: Config, console: Console) -> dict[str, Any]:
@@ -159,7 +238,9 @@ def _one_default_step(cfg: Config, console: Console) -> dict[str, Any]:
         run_dir = Path(tmp)
         one = cfg.model_copy(
             update={  # one RL step: no validation, no warm start
-                "train": cfg.train.model_copy(update={"steps": 1, "val_tasks": "none", "val_also": ""}),
+                "train": cfg.train.model_copy(
+                    update={"steps": 1, "val_tasks": "none", "val_also": "", "calibrate_tasks": 0}
+                ),
                 "sft": cfg.sft.model_copy(update={"before_rl": False}),
             }
         )
@@ -168,9 +249,11 @@ def _one_default_step(cfg: Config, console: Console) -> dict[str, Any]:
     return {
         "samples": row["samples"],
         "train_tokens": row.get("train_tokens", 0),
+        "trained_tokens": row.get("trained_tokens", 0),
         "stage_s": row["stage_s"],
         "step_s": row["step_s"],
         "trainer_tokens_per_s": row.get("tokens_per_s", 0.0),
+        "samples_per_minute": 60 * row["samples"] / max(row["step_s"], 1e-9),
     }
 
 
@@ -202,6 +285,40 @@ def to_markdown(r: dict[str, Any]) -> str:
             f"{ps['prompt_tokens']}-token prompt with responses of {ps['response_tokens']} tokens, one train step: "
             f"{ps['unshared_step_s']:.2f} s with every sample forwarding the prompt, {ps['shared_step_s']:.2f} s "
             f"with the prompt forwarded once — `prefix_sharing_speedup` **{ps['prefix_sharing_speedup']:.2f}×**.",
+        ]
+    u = r.get("rl_update")
+    if u:
+        lines += [
+            "",
+            f"An RL update: {u['samples']} samples (groups of one prompt; three model turns with tool output "
+            f"between them), {u['trained_tokens']} trained (model) tokens, the RL loss with entropy, median of "
+            f"{u['rounds']} rounds, alternating:",
+            "",
+            "| actor | settings | update (s) | trained tokens/s | samples per minute of update |",
+            "|---|---|---|---|---|",
+            *[
+                f"| {name} | {', '.join(f'{k}={v}' for k, v in u[name]['settings'].items())} | {u[name]['step_s']:.1f} | "
+                f"{u[name]['trained_tokens_per_s']:.0f} | {u[name]['samples_per_minute']:.1f} |"
+                for name in ("before", "after")
+            ],
+            "",
+            f"Update speed-up: **{u['speedup']:.2f}×**.",
+        ]
+    steps = r.get("rl_steps")
+    if steps:
+        lines += [
+            "",
+            "One whole RL step (rollout, grading, update, sync) of `coderl train` from `model.path`, as the main "
+            "job ran it before (one task x 4 samples, full float32 actor) and with this configuration:",
+            "",
+            "| step | samples | step (s) | samples per RL minute | trained tokens | stage seconds |",
+            "|---|---|---|---|---|---|",
+            *[
+                f"| {name} | {x['samples']} | {x['step_s']:.0f} | **{x['samples_per_minute']:.1f}** | {x['trained_tokens']} | "
+                + ", ".join(f"{k} {v:.0f}" for k, v in x["stage_s"].items())
+                + " |"
+                for name, x in steps.items()
+            ],
         ]
     step = r.get("default_step")
     if step:

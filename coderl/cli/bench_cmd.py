@@ -79,6 +79,13 @@ def _learn(cfg: Config, ns: argparse.Namespace, console: Console) -> dict[str, A
     return bench_learn(cfg, seeds=seeds[:1] if ns.quick else seeds, console=console, jobs=ns.jobs)
 
 
+def _rl(cfg: Config, ns: argparse.Namespace, console: Console) -> dict[str, Any]:
+    from coderl.bench.rl import bench_rl
+
+    seeds = [int(x) for x in ns.seeds.split(",") if x.strip()]
+    return bench_rl(cfg, seeds=seeds[:1] if ns.quick else seeds, console=console, jobs=ns.jobs)
+
+
 def _proxy(cfg: Config, ns: argparse.Namespace, console: Console) -> dict[str, Any]:
     from coderl.bench.proxy import bench_proxy
 
@@ -101,6 +108,12 @@ def _shard(cfg: Config, ns: argparse.Namespace, console: Console) -> dict[str, A
 
     return bench_shard(cfg, ns.ranks, 2 if ns.quick else 4, ns.quick, console=console)
 
+
+RL_QUICK = [
+    "train.steps=1", "train.val_size=2", "train.val_samples=1", "train.val_sampled=0", "sft.max_demos=4",
+    "train.calibrate_tasks=2", "train.calibrate_samples=1", "train.tasks_per_step=1", "train.group_size=2",
+]  # fmt: skip
+"""What ``coderl bench rl --quick`` sets: a smoke run of every stage."""
 
 SCALE_RUN = ["train.val_tasks=none", "sft.before_rl=false", "train.save_every=1000"]
 """What every run of ``coderl bench scale`` sets: no validation, no warm start, one checkpoint."""
@@ -171,6 +184,25 @@ BENCHES: dict[str, Bench] = {
             ["train.steps=1", "train.val_size=2", "train.val_samples=1", "sft.max_demos=4"]
             if ns.quick
             else []
+        ),
+    ),
+    "rl": Bench(
+        "RL's own share: one warm start, then the RL phase over seeds against an lr-0 control; held-out pass@1",
+        "rl",
+        _rl,
+        [
+            (
+                "--seeds",
+                {"default": "0,1,2", "help": "comma-separated seeds (default 0,1,2); --quick runs the first"},
+            ),
+            (
+                "--jobs",
+                {"type": int, "default": 1, "help": "runs at once, each a coderl train process with its share of the cores (default 1)"},
+            ),
+        ],
+        train_defaults=True,
+        overrides=lambda ns: (
+            RL_QUICK if ns.quick else []
         ),
     ),
     "shard": Bench(

@@ -65,7 +65,7 @@ from coderl.train.guidance import Guidance
 from coderl.train.idle import IdleClock
 from coderl.train.ledger import SampledLedger
 from coderl.train.loggers import MetricSinks
-from coderl.train.metrics import StageTimer, rollout_metrics, run_summary, summary_line
+from coderl.train.metrics import StageTimer, phase_minutes, rollout_metrics, run_summary, summary_line
 from coderl.train.producer import Group, RolloutProducer, lag, lag_counts, stale_groups
 from coderl.train.ranks import ShardedActor, build_actor
 from coderl.train.report import write_report
@@ -294,6 +294,13 @@ class Trainer:
     def finish(self) -> Path:
         rows = checkpoints.read_metrics(self.run_dir / "metrics.jsonl")
         summary = run_summary(rows)
+        phases = phase_minutes(rows)
+        if phases:
+            self.console.print(
+                "phases (minutes): " + " | ".join(f"{name} {minutes:.1f}" for name, minutes in phases)
+                + f" | total {sum(m for _, m in phases):.1f}",
+                highlight=False,
+            )
         for line in validation_table(rows):
             self.console.print(line, highlight=False, soft_wrap=True)
         if "held-out pass@1" in summary:

@@ -118,3 +118,34 @@ def run_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     summary["logprob_mismatch (max over steps)"] = max(r.get("logprob_mismatch", 0.0) for r in train)
     summary["token_mismatch (total)"] = sum(r.get("token_mismatch", 0) for r in train)
     return summary
+
+
+VALIDATION_SECONDS = ("val_s", "val_sampled_s", "val_also_s")
+
+
+def phase_minutes(rows: list[dict[str, Any]]) -> list[tuple[str, float]]:
+    """Wall-clock minutes of each phase of a run, in order: the start validation, the warm start, the
+    validation after it, the calibration pass, the RL steps (validations inside them apart) and the
+    validations during and after RL."""
+
+    def validation(row: dict[str, Any]) -> float:
+        return sum(float(row.get(k, 0.0)) for k in VALIDATION_SECONDS)
+
+    phases: list[tuple[str, float]] = []
+    steps = [r for r in rows if "pass_rate" in r]
+    for row in rows:
+        if row.get("phase") == "start":
+            phases.append(("start validation", validation(row) / 60))
+        elif row.get("phase") == "sft":
+            phases.append(("warm start", (float(row.get("sft_s", 0.0)) - validation(row)) / 60))
+            phases.append(("validation after it", validation(row) / 60))
+        elif row.get("phase") == "calibrate":
+            phases.append(("calibration", float(row.get("calibrate_s", 0.0)) / 60))
+    if steps:
+        validate = sum(float(r.get("stage_s", {}).get("validate", 0.0)) for r in steps)
+        rl = sum(float(r.get("step_s", 0.0)) for r in steps) - validate
+        samples = sum(int(r.get("samples", 0)) for r in steps)
+        phases.append((f"RL ({len(steps)} steps, {samples} samples)", rl / 60))
+        if validate:
+            phases.append(("validation during and after RL", validate / 60))
+    return phases

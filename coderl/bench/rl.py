@@ -1,0 +1,192 @@
+"""``coderl bench rl``: does the RL phase raise held-out pass@1 beyond the warm start it starts from?
+
+``coderl bench learn`` measures the whole main job (warm start + RL) against no learning at all; this
+bench isolates RL's own share. One warm start is made once with ``coderl sft`` (the configuration's
+``sft`` settings and demonstrations; held-out tasks never demonstrated) and kept in the bench folder,
+reused by every later bench with the same warm-start settings. Then, per seed, the RL phase alone —
+``coderl train`` with ``model.path`` = that checkpoint and ``sft.before_rl=false``: the same
+calibration, curriculum, guidance and steps as in the main job — validated on the held-out tasks before
+its first update and after its last; and per seed a control, the same run with the RL learning rate 0
+(``actor.lr=0``: the same rollouts, grading and validation, weights unchanged).
+
+Figures (``--json`` keys): ``seeds``; ``warm_pass_at_1`` and ``rl_pass_at_1`` (held-out pass@1 before
+and after the RL phase, per seed); ``rl_rise`` (their mean difference) with ``rl_rise_ci95`` (paired
+bootstrap over tasks, :func:`coderl.bench.learn.paired_rise`); ``control_rise`` with
+``control_rise_ci95``; ``teaching_group_share`` (the share of groups whose rewards differed, mean over
+the RL runs' steps); the same ``*_sampled_*`` figures for the validation at the rollout temperature
+when ``train.val_sampled > 0``.
+
+Runs live in ``runs/bench-rl-<digest>/`` (``run.dir`` when given): ``warm/`` and one folder per seed and
+kind; finished runs are reused, as in ``coderl bench learn``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from coderl.bench.learn import _die_with_parent, _one_run, config_key, paired_rise
+from coderl.bench.report import machine_info
+from coderl.config import Config
+from coderl.config.loader import dump_config
+from coderl.errors import CoderlError
+from coderl.threads import share_of_cores
+from coderl.train.checkpoints import read_metrics
+
+WARM_KEYS = ("model", "sft", "rollout", "tasks", "sandbox")
+"""Sections a warm start depends on (with train.tasks and the held-out split, and the seed)."""
+
+
+def warm_key(cfg: Config) -> str:
+    """The settings that make a warm start what it is (module doc)."""
+    dump = cfg.model_dump(mode="json")
+    t = cfg.train
+    chosen = {k: dump[k] for k in WARM_KEYS}
+    chosen["train"] = {"tasks": t.tasks, "val_tasks": t.val_tasks, "val_size": t.val_size, "val_also": t.val_also}
+    chosen["seed"] = cfg.run.seed
+    return json.dumps(chosen, sort_keys=True)
+
+
+def bench_root(cfg: Config) -> Path:
+    if cfg.run.dir is not None:
+        return cfg.run.dir
+    key = config_key(cfg.model_copy(update={"run": cfg.run.model_copy(update={"seed": 0})}))
+    return Path("runs") / f"bench-rl-{hashlib.sha256(key.encode()).hexdigest()[:10]}"
+
+
+def warm_checkpoint(cfg: Config, root: Path, console: Console) -> tuple[Path, float]:
+    """The warm start's model folder, made once with ``coderl sft`` (a process of its own) and reused
+    while the warm-start settings stay the same; and the minutes it took when it was made."""
+    folder = root / "warm"
+    marker = folder / "bench.json"
+    key = warm_key(cfg.model_copy(update={"run": cfg.run.model_copy(update={"seed": 0})}))
+    if marker.is_file() and json.loads(marker.read_text()).get("key") == key and (folder / "model").is_dir():
+        console.print(f"[bold]warm start[/]: made before, reused ({folder / 'model'})")
+        return folder / "model", float(json.loads(marker.read_text())["minutes"])
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    seeded = cfg.model_copy(  # full weights, as coderl train's warm start trains them under a LoRA RL phase
+        update={
+            "run": cfg.run.model_copy(update={"seed": 0, "dir": folder / "run"}),
+            "actor": cfg.actor.model_copy(update={"lora_rank": 0}),
+        }
+    )
+    (folder / "config.yaml").write_text(dump_config(seeded))
+    console.print(f"[bold]warm start[/]: coderl sft -> {folder / 'model'}")
+    began = time.monotonic()
+    command = [sys.executable, "-m", "coderl", "sft", str(folder / "config.yaml"), "--out", str(folder / "model")]
+    code = subprocess.run(command, check=False, stdout=2, preexec_fn=_die_with_parent, env=share_of_cores(1)).returncode
+    if code != 0:
+        raise CoderlError(f"bench rl: the warm start failed (coderl sft exited with {code}); see {folder}")
+    minutes = (time.monotonic() - began) / 60
+    marker.write_text(json.dumps({"key": key, "minutes": minutes}))
+    return folder / "model", minutes
+
+
+def _teaching_share(run_dir: Path) -> list[float]:
+    return [float(r["teaching_groups"]) for r in read_metrics(run_dir / "metrics.jsonl") if "teaching_groups" in r]
+
+
+def bench_rl(cfg: Config, seeds: list[int], console: Console | None = None, jobs: int = 1) -> dict[str, Any]:
+    """The bench (module doc)."""
+    if jobs < 1:
+        raise CoderlError(f"bench rl: --jobs {jobs} is not a number of processes; give 1 or more")
+    if not cfg.sft.before_rl or not cfg.sft.data:
+        raise CoderlError(
+            "bench rl measures the RL phase after a warm start: the configuration needs sft.before_rl=true and "
+            "sft.data (coderl train's packaged defaults have both)"
+        )
+    console = console or Console(stderr=True)
+    root = bench_root(cfg)
+    warm, warm_minutes = warm_checkpoint(cfg, root, console)
+    planned: list[tuple[str, Config, Path]] = []
+    for seed in seeds:
+        rl = cfg.model_copy(
+            update={
+                "run": cfg.run.model_copy(update={"seed": seed}),
+                "model": cfg.model.model_copy(update={"path": warm}),
+                "sft": cfg.sft.model_copy(update={"before_rl": False}),
+            }
+        )
+        control = rl.model_copy(update={"actor": rl.actor.model_copy(update={"lr": 0.0})})
+        planned += [("rl", rl, root / f"rl-seed{seed}"), ("control", control, root / f"control-seed{seed}")]
+    with ThreadPoolExecutor(max_workers=jobs) as pool:  # the runs are processes; threads only wait
+        done = list(pool.map(lambda p: _one_run(p[1], console, p[2], jobs), planned))
+    runs: dict[str, list[dict[str, Any]]] = {"rl": [], "control": []}
+    for (kind, _, _), result in zip(planned, done, strict=True):
+        runs[kind].append(result)
+    out: dict[str, Any] = {
+        "machine": machine_info(),
+        "seeds": seeds,
+        "tasks": cfg.train.tasks,
+        "steps": cfg.train.steps,
+        "samples_per_step": cfg.train.tasks_per_step * cfg.train.group_size,
+        "warm_start": str(warm),
+        "warm_start_minutes": warm_minutes,
+        "minutes_per_run": statistics.fmean(r["minutes"] for rs in runs.values() for r in rs),
+        "run_dirs": {k: [r["run_dir"] for r in v] for k, v in runs.items()},
+        "teaching_group_share": statistics.fmean(
+            [x for r in runs["rl"] for x in _teaching_share(Path(r["run_dir"]))] or [0.0]
+        ),
+    }
+    for held, infix in (("val", ""), ("val_sampled", "sampled_")):
+        if not any(r[held][0] for r in runs["rl"]):
+            continue
+        for kind in ("rl", "control"):
+            starts = [r[held][0] for r in runs[kind]]
+            ends = [r[held][1] for r in runs[kind]]
+            rise = paired_rise(starts, ends)
+            if kind == "rl":
+                out[f"warm_{infix}pass_at_1"] = [statistics.fmean(s.values()) if s else 0.0 for s in starts]
+                out[f"rl_{infix}pass_at_1"] = [statistics.fmean(e.values()) if e else 0.0 for e in ends]
+            else:
+                out[f"control_{infix}end_pass_at_1"] = [statistics.fmean(e.values()) if e else 0.0 for e in ends]
+            out[f"{kind}_{infix}rise"] = rise["mean_rise"]
+            out[f"{kind}_{infix}rise_ci95"] = rise["rise_ci95"]
+            out[f"{infix}held_out_tasks"] = rise["tasks"]
+    return out
+
+
+def to_markdown(r: dict[str, Any]) -> str:
+    m = r["machine"]
+
+    def cells(values: list[float]) -> str:
+        return ", ".join(f"{v:.3f}" for v in values)
+
+    lines = [
+        "## RL's own share (`coderl bench rl`)",
+        "",
+        f"Command: `{r['command']}` — {m['cpu']}, {m['cores']} cores, torch {m['torch']}. One warm start "
+        f"(`coderl sft`, {r['warm_start_minutes']:.0f} min when made), then the RL phase of `coderl train`'s "
+        f"configuration from it ({r['steps']} steps of {r['samples_per_step']} samples on `{r['tasks']}`) over seeds "
+        f"{r['seeds']}, against a control whose RL learning rate is 0. About {r['minutes_per_run']:.0f} min (wall "
+        f"clock) per run. Groups that could teach (rewards differ): {r['teaching_group_share']:.0%} of all, mean over steps.",
+        "",
+        "| held-out validation | run | after warm start (per seed) | after RL (per seed) | rise | 95% interval (paired bootstrap over tasks) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for infix, label in (("", "greedy"), ("sampled_", "at the rollout temperature")):
+        if f"warm_{infix}pass_at_1" not in r:
+            continue
+        for kind, ends in (("RL", f"rl_{infix}pass_at_1"), ("control (lr 0)", f"control_{infix}end_pass_at_1")):
+            key = "rl" if kind == "RL" else "control"
+            lo, hi = r[f"{key}_{infix}rise_ci95"]
+            lines.append(
+                f"| {label} ({r[f'{infix}held_out_tasks']} tasks) | {kind} | {cells(r[f'warm_{infix}pass_at_1'])} | "
+                f"{cells(r[ends])} | **{r[f'{key}_{infix}rise']:+.3f}** | [{lo:+.3f}, {hi:+.3f}] |"
+            )
+    lines += [
+        "",
+        "Target: `rl_rise` >= +0.10 with its interval above 0, the control's holding 0.",
+    ]
+    return "\n".join(lines)
