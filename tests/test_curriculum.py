@@ -96,3 +96,17 @@ def test_coderl_tasks_calibrate_saves_estimates_the_trainer_reads(tmp_path: Path
     estimates = load_estimates(f"native:{suite}", key)  # where train.curriculum=edge looks
     assert set(estimates) == {t.id for t in load_tasks(f"native:{suite}")}
     assert all(e.samples == 2 and 0 <= e.passed <= 2 for e in estimates.values())
+
+
+def test_an_edge_task_drawn_edge_draws_times_goes_behind_the_untried_ones() -> None:
+    tasks = _tasks(4)
+    estimates = {"t0": Estimate(4, 2), "t1": Estimate(4, 0)}  # t0 at the edge, t1 never solved
+    cur = Curriculum(tasks, "edge", estimates, seed=0, edge_draws=2)
+    assert [t.id for t in cur.draw(1)] == ["t0"] and [t.id for t in cur.draw(1)] == ["t0"]
+    assert {t.id for t in cur.draw(2)} == {"t2", "t3"}  # t0 was drawn twice: the untried come first
+    assert cur.draws == {"t0": 2, "t2": 1, "t3": 1}
+    again = Curriculum(tasks, "edge", {}, seed=0, edge_draws=2)
+    again.load(cur.state())
+    assert again.draws == cur.draws
+    unlimited = Curriculum(tasks, "edge", estimates, seed=0)
+    assert [t.id for _ in range(3) for t in unlimited.draw(1)] == ["t0", "t0", "t0"]

@@ -97,8 +97,71 @@ def _teaching_share(run_dir: Path) -> list[float]:
     return [float(r["teaching_groups"]) for r in read_metrics(run_dir / "metrics.jsonl") if "teaching_groups" in r]
 
 
-def bench_rl(cfg: Config, seeds: list[int], console: Console | None = None, jobs: int = 1) -> dict[str, Any]:
-    """The bench (module doc)."""
+def temperature_sweep(
+    cfg: Config, warm: Path, root: Path, temperatures: list[float], tasks: int, console: Console
+) -> list[dict[str, Any]]:
+    """Per rollout temperature, ``tasks`` training tasks (a seeded sample, never held out) rolled out
+    ``train.group_size`` times each under the warm start (``coderl eval`` in a process of its own):
+    pass rate, tasks sometimes solved, and the share of groups that can teach (rewards differ) — what
+    the RL phase's temperature is chosen by."""
+    import random
+
+    from coderl.rollout.store import read_trajectories
+    from coderl.tasks.split import train_and_held_out
+
+    train, _, _, _ = train_and_held_out(cfg.train.tasks, cfg.train.val_tasks, cfg.train.val_size, cfg.train.val_also)
+    picked = sorted(t.id for t in random.Random(cfg.run.seed).sample(train, min(tasks, len(train))))
+    source = cfg.train.tasks.split(":", 1)[0] + ":" + ",".join(picked)
+    rows = []
+    for temperature in temperatures:
+        run_dir = root / f"sweep-T{temperature:g}"
+        swept = cfg.model_copy(
+            update={
+                "model": cfg.model.model_copy(update={"path": warm}),
+                "tasks": cfg.tasks.model_copy(update={"source": source}),
+                "rollout": cfg.rollout.model_copy(
+                    update={"temperature": temperature, "group_size": cfg.train.group_size, "pass_k": [1]}
+                ),
+                "run": cfg.run.model_copy(update={"dir": run_dir}),
+            }
+        )
+        if not (run_dir / "report.json").is_file():
+            shutil.rmtree(run_dir, ignore_errors=True)
+            run_dir.mkdir(parents=True)
+            (run_dir / "config.yaml").write_text(dump_config(swept))
+            console.print(f"[bold]temperature {temperature:g}[/]: {len(picked)} tasks x {cfg.train.group_size} samples")
+            command = [sys.executable, "-m", "coderl", "eval", str(run_dir / "config.yaml"), f"run.dir={run_dir}"]
+            code = subprocess.run(command, check=False, stdout=2, preexec_fn=_die_with_parent).returncode
+            if code != 0:
+                raise CoderlError(f"bench rl: the sweep at T={temperature:g} failed (coderl eval exited with {code})")
+        groups: dict[str, list[bool]] = {}
+        for row in read_trajectories(run_dir):
+            if row.get("part", 0) == 0:
+                groups.setdefault(row["task_id"], []).append(bool(row.get("resolved")))
+        outcomes = list(groups.values())
+        rows.append(
+            {
+                "temperature": temperature,
+                "tasks": len(outcomes),
+                "samples": sum(len(g) for g in outcomes),
+                "pass_rate": sum(sum(g) for g in outcomes) / max(sum(len(g) for g in outcomes), 1),
+                "tasks_ever_solved": sum(1 for g in outcomes if any(g)),
+                "teaching_group_share": sum(1 for g in outcomes if any(g) and not all(g)) / max(len(outcomes), 1),
+            }
+        )
+    return rows
+
+
+def bench_rl(
+    cfg: Config,
+    seeds: list[int],
+    console: Console | None = None,
+    jobs: int = 1,
+    temperatures: list[float] | None = None,
+    sweep_tasks: int = 16,
+) -> dict[str, Any]:
+    """The bench (module doc); with ``temperatures``, the temperature sweep (:func:`temperature_sweep`)
+    instead of the seeds."""
     if jobs < 1:
         raise CoderlError(f"bench rl: --jobs {jobs} is not a number of processes; give 1 or more")
     if not cfg.sft.before_rl or not cfg.sft.data:
@@ -109,6 +172,13 @@ def bench_rl(cfg: Config, seeds: list[int], console: Console | None = None, jobs
     console = console or Console(stderr=True)
     root = bench_root(cfg)
     warm, warm_minutes = warm_checkpoint(cfg, root, console)
+    if temperatures:
+        sweep = temperature_sweep(cfg, warm, root, temperatures, sweep_tasks, console)
+        best = max(sweep, key=lambda r: (r["teaching_group_share"], r["pass_rate"]))
+        return {
+            "machine": machine_info(), "tasks": cfg.train.tasks, "group_size": cfg.train.group_size,
+            "warm_start": str(warm), "sweep": sweep, "chosen_temperature": best["temperature"],
+        }  # fmt: skip
     planned: list[tuple[str, Config, Path]] = []
     for seed in seeds:
         rl = cfg.model_copy(
@@ -158,6 +228,8 @@ def bench_rl(cfg: Config, seeds: list[int], console: Console | None = None, jobs
 
 
 def to_markdown(r: dict[str, Any]) -> str:
+    if "sweep" in r:
+        return _sweep_markdown(r)
     m = r["machine"]
 
     def cells(values: list[float]) -> str:
@@ -190,3 +262,25 @@ def to_markdown(r: dict[str, Any]) -> str:
         "Target: `rl_rise` >= +0.10 with its interval above 0, the control's holding 0.",
     ]
     return "\n".join(lines)
+
+
+def _sweep_markdown(r: dict[str, Any]) -> str:
+    m = r["machine"]
+    return "\n".join(
+        [
+            "## The RL phase's rollout temperature (`coderl bench rl --temperatures`)",
+            "",
+            f"Command: `{r['command']}` — {m['cpu']}, {m['cores']} cores. The warm start's policy, training tasks "
+            f"of `{r['tasks']}` (never held-out ones), {r['group_size']} samples each, per temperature:",
+            "",
+            "| temperature | tasks | pass rate | tasks ever solved | groups that can teach |",
+            "|---|---|---|---|---|",
+            *[
+                f"| {x['temperature']:g} | {x['tasks']} | {x['pass_rate']:.3f} | {x['tasks_ever_solved']} | "
+                f"**{x['teaching_group_share']:.3f}** |"
+                for x in r["sweep"]
+            ],
+            "",
+            f"Chosen (most groups that can teach): **T = {r['chosen_temperature']:g}**.",
+        ]
+    )

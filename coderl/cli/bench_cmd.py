@@ -83,7 +83,11 @@ def _rl(cfg: Config, ns: argparse.Namespace, console: Console) -> dict[str, Any]
     from coderl.bench.rl import bench_rl
 
     seeds = [int(x) for x in ns.seeds.split(",") if x.strip()]
-    return bench_rl(cfg, seeds=seeds[:1] if ns.quick else seeds, console=console, jobs=ns.jobs)
+    temperatures = [float(x) for x in ns.temperatures.split(",") if x.strip()]
+    return bench_rl(
+        cfg, seeds=seeds[:1] if ns.quick else seeds, console=console, jobs=ns.jobs, temperatures=temperatures,
+        sweep_tasks=2 if ns.quick else ns.sweep_tasks,
+    )  # fmt: skip
 
 
 def _proxy(cfg: Config, ns: argparse.Namespace, console: Console) -> dict[str, Any]:
@@ -199,6 +203,11 @@ BENCHES: dict[str, Bench] = {
                 "--jobs",
                 {"type": int, "default": 1, "help": "runs at once, each a coderl train process with its share of the cores (default 1)"},
             ),
+            (
+                "--temperatures",
+                {"default": "", "help": "comma-separated rollout temperatures: measure how many groups can teach at each (the warm start's policy on training tasks) instead of the seeds"},
+            ),
+            ("--sweep-tasks", {"type": int, "default": 16, "help": "training tasks per temperature of --temperatures (default 16)"}),
         ],
         train_defaults=True,
         overrides=lambda ns: (

@@ -130,6 +130,9 @@ class TrainConfig(Section):
     """Warn (console, metrics.jsonl, loggers, report.html) when this many steps in a row had no group whose
     rewards differ, naming the likely cause: every sample failed, solved, or was truncated, the tool-call
     parser never matched, or groups of one sample. 0 = never warn."""
+    edge_draws: int = Field(2, ge=0)
+    """curriculum=edge: an edge task drawn this many times goes behind the never-tried tasks (0 = no
+    limit), so training keeps meeting new tasks instead of learning a handful by heart."""
     max_refill_rounds: int = Field(2, ge=0)
     """DAPO dynamic sampling: extra rollout rounds to replace groups whose rewards are all equal."""
     mode: Literal["sync", "async"] = "sync"

@@ -25,10 +25,19 @@ CurriculumName = Literal["none", "edge"]
 
 class Curriculum:
     def __init__(
-        self, tasks: list[Task], mode: CurriculumName, estimates: dict[str, Estimate], seed: int
+        self,
+        tasks: list[Task],
+        mode: CurriculumName,
+        estimates: dict[str, Estimate],
+        seed: int,
+        edge_draws: int | None = None,
     ) -> None:
         self.tasks = list(tasks)
         self.mode = mode
+        self.edge_draws = edge_draws
+        """Mode edge: draws of an edge task after which the never-tried tasks come before it (None: no
+        limit). Without it a few edge tasks are drawn step after step and the policy learns those."""
+        self.draws: dict[str, int] = {}  # task id -> times drawn
         self.counts = {t.id: Estimate(e.samples, e.passed) for t in tasks if (e := estimates.get(t.id))}
         self.rng = random.Random(seed)
         self.cursor = 0  # the data position of the cycle (mode none)
@@ -40,7 +49,10 @@ class Curriculum:
         by_id = {t.id: t for t in self.tasks}
         first = [by_id[tid] for tid in self.redraw[:n] if tid in by_id]  # a task no longer trained on: gone
         self.redraw = self.redraw[n:]
-        return first + self._draw(n - len(first))
+        picked = first + self._draw(n - len(first))
+        for task in picked:
+            self.draws[task.id] = self.draws.get(task.id, 0) + 1
+        return picked
 
     def _draw(self, n: int) -> list[Task]:
         if n <= 0:
@@ -55,14 +67,16 @@ class Curriculum:
             picked.append(ranked[len(picked) % len(ranked)])
         return picked
 
-    def _band(self, task: Task) -> tuple[int, float]:
+    def _band(self, task: Task) -> tuple[int, int, float]:
         est = self.counts.get(task.id)
         rate = est.rate if est is not None else None
+        drawn = self.draws.get(task.id, 0)
         if rate is None:
-            return 1, 0.0  # never tried
-        if 0.0 < rate < 1.0:
-            return 0, abs(rate - 0.5)  # at the edge: GRPO has a signal here
-        return 2, abs(rate - 0.5)
+            return 1, 0, 0.0  # never tried
+        if 0.0 < rate < 1.0:  # at the edge: GRPO has a signal here (the least drawn first)
+            spent = self.edge_draws is not None and drawn >= self.edge_draws
+            return (2 if spent else 0), drawn, abs(rate - 0.5)
+        return 3, drawn, abs(rate - 0.5)
 
     def update(self, results: list[RolloutResult]) -> None:
         """Add the outcomes of training rollouts."""
@@ -88,6 +102,7 @@ class Curriculum:
             "cursor": self.cursor,
             "redraw": [*(redraw or []), *self.redraw],
             "counts": {tid: [e.samples, e.passed] for tid, e in self.counts.items()},
+            "draws": dict(self.draws),
             "rng": self.rng.getstate(),
         }
 
@@ -95,6 +110,7 @@ class Curriculum:
         self.cursor = int(state.get("cursor", 0))
         self.redraw = [str(tid) for tid in state.get("redraw", [])]
         self.counts = {tid: Estimate(int(s), int(p)) for tid, (s, p) in state.get("counts", {}).items()}
+        self.draws = {str(tid): int(n) for tid, n in state.get("draws", {}).items()}
         if "rng" in state:
             rng = state["rng"]
             self.rng.setstate((rng[0], tuple(rng[1]), rng[2]))

@@ -152,7 +152,9 @@ class Trainer:
         random.Random(cfg.run.seed).shuffle(self.tasks)
         key, _ = setting_key(cfg.model, cfg.rollout)
         estimates = load_estimates(cfg.train.tasks, key) if cfg.train.curriculum != "none" else {}
-        self.curriculum = Curriculum(self.tasks, cfg.train.curriculum, estimates, cfg.run.seed)
+        self.curriculum = Curriculum(
+            self.tasks, cfg.train.curriculum, estimates, cfg.run.seed, cfg.train.edge_draws or None
+        )
         if cfg.cluster.backend == "ray":  # joined first: the actor's ranks may be Ray actors too
             self.remote = RayRollouts(cfg)
             self._ray_started = connect(cfg.cluster, self.remote.namespace)

@@ -71,7 +71,8 @@ class _ChunkedLogProbs(torch.autograd.Function):
         want_hidden, want_weight = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         grad_hidden = torch.empty_like(hidden) if want_hidden else None  # [M, E]
         grad_weight = torch.zeros_like(weight, dtype=torch.float32) if want_weight else None  # [V, E]
-        with_entropy = entropy.numel() > 0 and grad_entropy is not None
+        # an entropy reported but not in the loss gets an all-zero gradient: skip its [c, V] term then
+        with_entropy = entropy.numel() > 0 and grad_entropy is not None and bool(grad_entropy.any())
         device = hidden.device.type
         recompute = (
             torch.autocast(device_type=device, dtype=ctx.autocast)
