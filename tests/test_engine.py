@@ -125,7 +125,11 @@ async def test_prefix_cache_reuses_session_kv(
     cached = await engine.generate(
         second_prompt, SamplingParams(max_tokens=12, temperature=0.9, seed=4), session_id="turns"
     )
-    fresh = await engine.generate(second_prompt, SamplingParams(max_tokens=12, temperature=0.9, seed=4))
+    engine.cfg = engine.cfg.model_copy(update={"share_prompts": False})  # computed from scratch
+    try:
+        fresh = await engine.generate(second_prompt, SamplingParams(max_tokens=12, temperature=0.9, seed=4))
+    finally:
+        engine.cfg = engine.cfg.model_copy(update={"share_prompts": True})
     assert cached.cached_tokens >= len(chat_prompts[1]) + len(first.token_ids) - 1
     assert fresh.cached_tokens == 0
     assert cached.token_ids == fresh.token_ids
@@ -137,6 +141,38 @@ async def test_prefix_cache_reuses_session_kv(
     assert c.cached_tokens == len(chat_prompts[1]) - 3
     ref = hf_logprobs(hf_model, rewritten, c.token_ids)
     assert max(abs(a - b) for a, b in zip(c.logprobs, ref, strict=True)) < 1e-4
+
+
+async def test_a_prompt_several_sessions_share_is_prefilled_once(
+    hf_model: Any, chat_prompts: list[list[int]]
+) -> None:
+    """A GRPO group: four sessions of one prompt at once. The first prefills it, the others wait for
+    it and take its KV; their samples are those of an engine that prefills each (same seeds), exact
+    against an independent forward pass. A later session with the same system prompt takes that part."""
+    prompt = chat_prompts[2] + chat_prompts[1]  # long enough that half of it is worth sharing
+    params = [SamplingParams(max_tokens=16, temperature=1.0, seed=7 + i) for i in range(4)]
+    outs = {}
+    for share in (True, False):
+        eng = EmbeddedEngine(EngineConfig(share_prompts=share), ModelConfig())
+        await eng.start()
+        try:
+            outs[share] = await asyncio.gather(
+                *(eng.generate(prompt, p, session_id=f"g{i}") for i, p in enumerate(params))
+            )
+            stats = eng.stats()
+            if share:
+                half = len(prompt) // 2  # a prompt that starts the same way (a system prompt), then differs
+                later = await eng.generate(prompt[:half] + [prompt[half] + 1, 13, 13], params[0], session_id="o")
+                assert later.cached_tokens == half >= 32
+        finally:
+            await eng.stop()
+        shared_tokens = stats["shared_prompt_tokens"]
+        assert shared_tokens == (3 * (len(prompt) - 1) if share else 0)
+        assert [c.cached_tokens for c in outs[share]] == ([0] + [len(prompt) - 1] * 3 if share else [0] * 4)
+    for a, b in zip(outs[True], outs[False], strict=True):
+        assert a.token_ids == b.token_ids
+        ref = hf_logprobs(hf_model, prompt, a.token_ids, 1.0)
+        assert max(abs(x - y) for x, y in zip(a.logprobs, ref, strict=True)) < 1e-4
 
 
 async def test_prefix_cache_is_lru_bounded() -> None:

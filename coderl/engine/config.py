@@ -50,6 +50,11 @@ class EngineConfig(Section):
     rollouts: each token's version is in Completion.token_versions)."""
     prefix_cache_mb: int = Field(2048, ge=0)
     """Memory bound of the per-session KV prefix cache (LRU); 0 disables prefix caching."""
+    share_prompts: bool = True
+    """Embedded engines: a new request takes the KV of the longest prompt prefix another session holds
+    (cached, or running) instead of prefilling it again, and waits for a running request that is
+    prefilling the same prefix: a GRPO group's samples (one prompt) and every task's system prompt
+    are prefilled once."""
     decode_attention: Literal["auto", "per_sequence", "batched"] = "auto"
     """Embedded engines: how decoding requests attend. batched = the running requests' KV lives in the
     rows of one tensor (each padded to the longest sequence so far, kept while the engine runs) and one

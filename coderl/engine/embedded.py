@@ -32,7 +32,7 @@ import torch
 
 from coderl.engine.base import Engine, TokenSink
 from coderl.engine.config import EngineConfig, ModelConfig
-from coderl.engine.kv_cache import KVRows, PrefixCache, SequenceKV, common_prefix
+from coderl.engine.kv_cache import KVRows, PrefixCache, SequenceKV, common_prefix, copy_prefix
 from coderl.engine.params import SamplingParams
 from coderl.engine.runner import Chunk, DecodeStep, ModelRunner
 from coderl.engine.sampler import SampleRequest, sample
@@ -43,6 +43,9 @@ from coderl.threads import in_own_thread
 from coderl.types import Completion
 
 log = logging.getLogger(__name__)
+
+MIN_SHARED = 32
+"""Shortest prompt prefix worth taking from another session (or waiting for), in tokens."""
 
 
 @dataclass(eq=False)
@@ -124,6 +127,7 @@ class EmbeddedEngine(Engine):
             "cached_tokens": 0,
             "steps": 0,
             "interrupted_requests": 0,
+            "shared_prompt_tokens": 0,
         }
 
     # ----------------------------------------------------------------- lifecycle
@@ -374,9 +378,21 @@ class EmbeddedEngine(Engine):
                 self._finish(req, "abort")
 
     def _admit(self) -> None:
+        deferred: list[_Request] = []
         while self._waiting and len(self._running) < self.cfg.max_batch_size:
             req = self._waiting.popleft()
             kv = self._prefix.take(req.session_id) if req.session_id and self._prefix.enabled else None
+            own = min(common_prefix(kv.tokens, req.prompt), len(req.prompt) - 1) if kv is not None else 0
+            if self.cfg.share_prompts:
+                donor, ready, coming = self._donor(req.prompt)
+                if coming - max(own, ready) >= MIN_SHARED:  # a running request is prefilling it: wait for it
+                    if kv is not None and req.session_id:
+                        self._prefix.put(req.session_id, kv)
+                    deferred.append(req)
+                    continue
+                if donor is not None and ready - own >= MIN_SHARED:  # another session's KV of this prompt
+                    kv = copy_prefix(donor, req.prompt[:ready], self.runner.layout())
+                    self._counters["shared_prompt_tokens"] += ready
             if kv is None:
                 kv = SequenceKV(self.runner.layout())
             # reuse the common prefix, but always leave one prompt token to compute the next logits from
@@ -395,6 +411,28 @@ class EmbeddedEngine(Engine):
             req.cached_tokens = keep
             req.policy_version = self._version
             self._running.append(req)
+        self._waiting.extendleft(reversed(deferred))
+
+    def _donor(self, prompt: list[int]) -> tuple[SequenceKV | None, int, int]:
+        """The sequence (cached, or running) holding the longest computed prefix of ``prompt`` and that
+        length; and the longest prefix a running request shares with it, computed or not yet (then the
+        caller waits for it, rather than prefill the same tokens twice). At most ``len(prompt) - 1``."""
+        limit = len(prompt) - 1
+        best: SequenceKV | None = None
+        ready = coming = 0
+        for kv in self._prefix.entries():
+            n = min(common_prefix(kv.tokens, prompt), kv.length, limit)
+            if n > ready:
+                best, ready = kv, n
+        for other in self._running:
+            if other.kv is None or other.policy_version != self._version:
+                continue
+            shared = min(common_prefix(other.prompt, prompt), limit)
+            coming = max(coming, shared)
+            n = min(shared, other.kv.length)
+            if n > ready and other.kv.data is not None:
+                best, ready = other.kv, n
+        return best, ready, coming
 
     def _step(self) -> None:
         budget = self.cfg.prefill_chunk

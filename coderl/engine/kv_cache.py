@@ -187,12 +187,34 @@ class KVRows:
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:
-    """Length of the longest common prefix of two id lists."""
+    """Length of the longest common prefix of two id lists (a bisection over slice comparisons, which
+    run in C: the engine compares every waiting prompt with the cached and running ones)."""
     n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
+    if a[:n] == b[:n]:
+        return n
+    lo, hi = 0, n  # a[:lo] == b[:lo] and a[:hi] != b[:hi]
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+@torch.inference_mode()
+def copy_prefix(source: SequenceKV, tokens: list[int], layout: KVLayout) -> SequenceKV:
+    """A new sequence holding ``source``'s KV of ``tokens`` (its first ``len(tokens)`` positions, which
+    ``source`` has computed for exactly these ids): another session's shared prompt, not prefilled again."""
+    n = len(tokens)
+    if source.data is None or source.length < n or source.tokens[:n] != tokens:
+        raise ValueError("the source sequence does not hold these tokens")
+    kv = SequenceKV(layout)
+    kv.reserve(n)
+    assert kv.data is not None
+    kv.data[:, :, :, :n] = source.data[:, :, :, :n]
+    kv.tokens = list(tokens)
+    return kv
 
 
 class PrefixCache:
@@ -245,6 +267,10 @@ class PrefixCache:
             _, evicted = self._entries.popitem(last=False)
             self._bytes -= evicted.nbytes
             self.evictions += 1
+
+    def entries(self) -> list[SequenceKV]:
+        """Every cached sequence (to share a prompt prefix with a new session; never taken out)."""
+        return list(self._entries.values())
 
     def clear(self) -> None:
         self._entries.clear()

@@ -1,0 +1,63 @@
+"""``coderl bench rl`` end to end on a tiny recipe: one warm start (``coderl sft``), the RL phase from it
+and its lr-0 control, each a process of its own; the JSON keys the issue names; the warm start reused
+by the temperature sweep of the same configuration."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+SUITE = "bundled:strkit-s010,strkit-s039,strkit-s013,strkit-s016"
+TINY = [
+    f"train.tasks={SUITE}", "train.val_tasks=", "train.val_size=1", "train.val_samples=1",
+    "rollout.max_tokens=120", "rollout.max_total_tokens=200", f'sft.data=["gold:{SUITE}"]', "sft.lr=1e-4",
+    "sft.epochs=2", "sft.batch_size=2", "sft.max_demos=3", "actor.lora_rank=4",
+]  # fmt: skip
+
+
+def bench(cwd: Path, *flags: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "coderl", "bench", "rl", "--quick", "--json", "--write", "B.md", *flags, *TINY],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+
+
+def test_bench_rl_runs_the_rl_phase_from_one_warm_start_against_its_control(tmp_path: Path) -> None:
+    out = bench(tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    r = json.loads(out.stdout)
+    assert r["seeds"] == [0]
+    for key in ("warm_pass_at_1", "rl_pass_at_1"):
+        assert len(r[key]) == 1 and 0.0 <= r[key][0] <= 1.0
+    assert r["rl_rise"] == pytest.approx(r["rl_pass_at_1"][0] - r["warm_pass_at_1"][0])
+    lo, hi = r["rl_rise_ci95"]
+    assert lo <= r["rl_rise"] <= hi and isinstance(r["control_rise"], float)
+    assert 0.0 <= r["teaching_group_share"] <= 1.0
+    root = Path(r["run_dirs"]["rl"][0]).parent
+    assert (root / "warm" / "model" / "model.safetensors").is_file()
+    for kind in ("rl", "control"):  # each run starts from the warm start, with no warm start of its own
+        config = (Path(r["run_dirs"][kind][0]) / "config.yaml").read_text()
+        assert str(root / "warm" / "model") in config and "before_rl: false" in config
+    assert "lr: 0.0" in (Path(r["run_dirs"]["control"][0]) / "config.yaml").read_text()
+    assert "RL's own share" in (tmp_path / "B.md").read_text()
+    made = (root / "warm" / "bench.json").stat().st_mtime
+    sweep = bench(tmp_path, "--temperatures", "1.0")  # the same configuration: the same warm start
+    assert sweep.returncode == 0, sweep.stderr[-3000:]
+    s = json.loads(sweep.stdout)
+    assert [x["temperature"] for x in s["sweep"]] == [1.0] and s["chosen_temperature"] == 1.0
+    assert s["sweep"][0]["samples"] == 2 * s["sweep"][0]["tasks"] and s["sweep"][0]["tasks"] >= 1
+    assert (root / "warm" / "bench.json").stat().st_mtime == made and "made before, reused" in sweep.stderr
+
+
+def test_bench_rl_needs_a_warm_start(tmp_path: Path) -> None:
+    out = bench(tmp_path, "sft.before_rl=false")
+    assert out.returncode != 0 and "needs sft.before_rl=true" in out.stderr
