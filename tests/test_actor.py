@@ -266,6 +266,30 @@ def test_lora_trains_adapters_only_and_syncs_merged_weights(
 
 
 @pytest.mark.slow
+@pytest.mark.slow
+def test_lora_in_the_last_layers_only_trains_those_and_keeps_the_gradients_of_the_full_backward(
+    batch: Any,
+) -> None:
+    sequences, starts = batch[0][:2], batch[1][:2]
+    top = make_actor(lora_rank=4, lora_layers=2, lr=1e-3)
+    layers = top.model.config.num_hidden_layers
+    names = [n for n, _ in top.trainable_parameters()]
+    assert names and {int(n.split(".layers.")[1].split(".")[0]) for n in names} == {layers - 2, layers - 1}
+    every = make_actor(lora_rank=4, lr=1e-3)  # LoRA's B starts at 0: no adapter changes the forward yet
+    same = dict(every.trainable_parameters())
+    with torch.no_grad():
+        for name, param in top.trainable_parameters():
+            same[name].copy_(param)  # the top layers' adapters identical in both
+    loss = nll_loss(sequences, starts)
+    top.compute_grads(sequences, starts, 1.0, loss)
+    every.compute_grads(sequences, starts, 1.0, loss)
+    for name, param in top.trainable_parameters():  # the short backward gives the top adapters the same gradient
+        assert param.grad is not None and float(param.grad.abs().max()) > 0 or ".lora_A." in name, name
+        assert torch.allclose(param.grad, same[name].grad, atol=1e-6), name
+    with pytest.raises(ConfigError, match="actor.lora_layers: got 99"):
+        make_actor(lora_rank=4, lora_layers=99)
+
+
 @pytest.mark.parametrize("lora_rank", [0, 4])
 def test_save_load_resumes_bit_for_bit(batch: Any, tmp_path: Path, lora_rank: int) -> None:
     sequences, starts = batch

@@ -57,7 +57,7 @@ def run_sft(ns: argparse.Namespace) -> int:
 def _train_and_export(
     ns: argparse.Namespace, cfg: Config, console: Console, run_dir: Path, actor: Policy, demos: list[Trajectory]
 ) -> int:
-    from coderl.train.sft import train_sft
+    from coderl.train.sft import train_sft, write_demonstrated
     from coderl.train.sync import export_checkpoint
 
     steps = cfg.sft.epochs * -(-min(len(demos), cfg.sft.max_demos or len(demos)) // cfg.sft.batch_size)
@@ -77,6 +77,7 @@ def _train_and_export(
         out.writelines(json.dumps(r) + "\n" for r in rows)
     model = Path(ns.out) if ns.out else run_dir / "model"
     export_checkpoint(actor, cfg.model, model)
+    write_demonstrated(model, demos)  # coderl train's calibration pass reads which tasks it imitated
     console.print(
         f"nll {rows[0]['nll']:.3f} -> {rows[-1]['nll']:.3f} over {len(rows)} steps; the warm-started model: {model}\n"
         f"start RL from it: coderl train model.path={model}"

@@ -198,12 +198,21 @@ class Actor:
         if cfg.lora_rank > 0:
             from peft import LoraConfig, get_peft_model
 
+            layers = int(hf.config.num_hidden_layers)
+            if cfg.lora_layers is not None and cfg.lora_layers > layers:
+                raise ConfigError(
+                    f"actor.lora_layers: got {cfg.lora_layers}, but the model has {layers} decoder layers; give at "
+                    f"most {layers} (or leave it empty for every layer)"
+                )
             lora = LoraConfig(
                 r=cfg.lora_rank,
                 lora_alpha=cfg.lora_alpha,
                 lora_dropout=cfg.lora_dropout,
                 target_modules=list(cfg.lora_targets),
                 bias="none",
+                layers_to_transform=(
+                    None if cfg.lora_layers is None else list(range(layers - cfg.lora_layers, layers))
+                ),
             )
             self._peft = get_peft_model(hf, lora)  # injects LoRA layers into hf in place
             for p in hf.parameters():

@@ -54,6 +54,10 @@ class ActorConfig(Section):
     """Dropout on the LoRA input during training."""
     lora_targets: list[str] = Field(default_factory=lambda: list(DEFAULT_LORA_TARGETS))
     """Names of the linear modules that get LoRA adapters."""
+    lora_layers: int | None = Field(None, ge=1)
+    """LoRA adapters in the last N decoder layers only (empty = every layer). The backward pass then
+    stops at the lowest adapted layer and the layers below keep no activations: about (layers - N) /
+    layers of the backward pass and of the activation memory saved."""
     dtype: Literal["float32", "bfloat16"] = "float32"
     """Compute dtype; with bfloat16, trainable weights stay float32 (master copy) under autocast."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
@@ -126,6 +130,11 @@ class TrainConfig(Section):
     0 = no calibration pass."""
     calibrate_samples: int = Field(4, ge=1)
     """Samples per task of the calibration pass, at rollout.temperature."""
+    calibrate_from: Literal["demonstrated", "all"] = "demonstrated"
+    """Which training tasks the calibration pass samples: demonstrated = those the warm start imitated
+    (this run's, or the ones model.path's folder records; a warm-started policy solves them sometimes
+    far more often than new ones, so RL starts with groups that can teach), all training tasks when
+    none are known; all = every training task."""
     signal_patience: int = Field(2, ge=0)
     """Warn (console, metrics.jsonl, loggers, report.html) when this many steps in a row had no group whose
     rewards differ, naming the likely cause: every sample failed, solved, or was truncated, the tool-call

@@ -69,7 +69,14 @@ from coderl.train.metrics import StageTimer, phase_minutes, rollout_metrics, run
 from coderl.train.producer import Group, RolloutProducer, lag, lag_counts, stale_groups
 from coderl.train.ranks import ShardedActor, build_actor
 from coderl.train.report import write_report
-from coderl.train.sft import build_demos, check_demos, check_gold_kinds, train_sft
+from coderl.train.sft import (
+    build_demos,
+    check_demos,
+    check_gold_kinds,
+    read_demonstrated,
+    train_sft,
+    write_demonstrated,
+)
 from coderl.train.signal import SignalWatch, signal_metrics
 from coderl.train.sync import WeightSync, choose_sync, export_checkpoint
 from coderl.train.validation import Validation, validation_table
@@ -118,6 +125,7 @@ class Trainer:
         self._draws = 0  # rollout rounds so far: names fresh groups
         self._rl_step = 1  # the RL step being drawn for (the guidance's schedule)
         self.guidance: Guidance | None = None  # guided samples (train.guide_share > 0)
+        self.demonstrated: set[str] = set()  # tasks the warm start imitated (this run's, or model.path's)
         self.signal = SignalWatch(cfg.train.signal_patience, cfg.train.group_size)
         """Steps in a row whose groups could not teach, and the warning when there are too many."""
 
@@ -195,6 +203,7 @@ class Trainer:
         elif resume:
             self.console.print(f"no checkpoint in {self.run_dir}/checkpoints yet: starting from step 1")
         self.rows = checkpoints.read_metrics(self.run_dir / "metrics.jsonl")
+        self.demonstrated = read_demonstrated(self.run_dir) or read_demonstrated(cfg.model.path)
 
     async def _start_engine(self) -> Engine:
         """The engine the run samples from, started: the one given, the engine section's, or (with
@@ -409,6 +418,8 @@ class Trainer:
         with self.console.status("making the warm start's demonstrations"):
             demos, made = await build_demos(cfg, self.contexts.chat, [*self.val_tasks, *self.val_also_tasks])
         check_demos(demos, made)
+        write_demonstrated(self.run_dir, demos)
+        self.demonstrated = {d.task_id for d in demos}
         bar = progress.add_task("supervised warm start", total=None, info="")
         nll: list[float] = []
 
@@ -422,6 +433,7 @@ class Trainer:
             out.writelines(json.dumps(r) + "\n" for r in sft_rows)
         if cfg.actor.lora_rank > 0:  # the RL phase trains LoRA adapters on the warm start's weights
             await in_own_thread(export_checkpoint, self.actor, cfg.model, self.warm_dir)
+            write_demonstrated(self.warm_dir, demos)
             await in_own_thread(self.actor.close)
             self.actor = self._build_actor(True, self.warm_dir)
             await in_own_thread(self.actor.setup)
@@ -449,7 +461,9 @@ class Trainer:
         t = cfg.train
         assert self.curriculum is not None
         began = time.perf_counter()
-        picked = random.Random(cfg.run.seed).sample(self.tasks, min(t.calibrate_tasks, len(self.tasks)))
+        demonstrated = [x for x in self.tasks if x.id in self.demonstrated]
+        pool = demonstrated if t.calibrate_from == "demonstrated" and demonstrated else self.tasks
+        picked = random.Random(cfg.run.seed).sample(pool, min(t.calibrate_tasks, len(pool)))
         results = await self._rollout(task_groups(picked, t.calibrate_samples, tag="cal."), progress, "calibration")
         store = TrajectoryStore(self.run_dir / "calibration")
         for r in results:
@@ -465,8 +479,9 @@ class Trainer:
             "calibrate_pass_rate": sum(r.resolved for r in results) / max(len(results), 1),
             "calibrate_s": round(time.perf_counter() - began, 2),
         }  # fmt: skip
+        which = "demonstrated" if pool is demonstrated else "training"
         self.console.print(
-            f"calibration: {len(picked)} training tasks x {t.calibrate_samples} samples at T={cfg.rollout.temperature:g}: "
+            f"calibration: {len(picked)} {which} tasks x {t.calibrate_samples} samples at T={cfg.rollout.temperature:g}: "
             f"{row['calibrate_edge']} sometimes solved (the curriculum draws these first), {row['calibrate_always']} "
             f"always, {row['calibrate_never']} never; pass rate {row['calibrate_pass_rate']:.0%} "
             f"({row['calibrate_s'] / 60:.1f} min)"

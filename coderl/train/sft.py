@@ -9,6 +9,7 @@ what the RL loop will sample in. ``coderl sft`` writes the result as a Hugging F
 
 from __future__ import annotations
 
+import json
 import random
 import time
 from collections.abc import Callable
@@ -88,6 +89,24 @@ async def build_demos(
     if leaked:  # cannot happen by construction; the guard keeps it so
         raise ConfigError(f"sft.data: demonstrations of held-out tasks {leaked[:5]}")
     return demos, report
+
+
+DEMONSTRATED = "coderl-demos.json"
+"""Beside a warm-started model's weights (and in its run directory): the ids of the tasks it imitated."""
+
+
+def write_demonstrated(folder: Path, demos: list[Trajectory]) -> None:
+    """Record which tasks a warm start demonstrated, in ``folder`` (a model folder or a run directory)."""
+    ids = sorted({d.task_id for d in demos})
+    (folder / DEMONSTRATED).write_text(json.dumps({"task_ids": ids}) + "\n")
+
+
+def read_demonstrated(folder: Path | None) -> set[str]:
+    """The tasks a warm start demonstrated, as :func:`write_demonstrated` left them (empty: none known)."""
+    path = None if folder is None else Path(folder) / DEMONSTRATED
+    if path is None or not path.is_file():
+        return set()
+    return set(json.loads(path.read_text()).get("task_ids", []))
 
 
 def check_demos(demos: list[Trajectory], report: dict[str, Any]) -> None:
