@@ -204,6 +204,9 @@ def test_warm_start_then_rl(tmp_path: Path) -> None:
     trained = read_trajectories(run)
     calibrated = read_trajectories(run / "calibration")
     assert len(calibrated) == 2 and {t["task_id"] for t in trained + calibrated}.isdisjoint(held)
+    demonstrated = set(json.loads((run / "coderl-demos.json").read_text())["task_ids"])
+    assert (run / "warm" / "coderl-demos.json").is_file() and demonstrated.isdisjoint(held)
+    assert {t["task_id"] for t in calibrated} <= demonstrated  # train.calibrate_from=demonstrated
     solved = {t["task_id"] for t in calibrated if t["resolved"]}
     for t in trained:  # a task never solved yet gets one guided sample of its two; a solved one none
         guided = sum(x["metrics"]["guided"] for x in trained if x["group_id"] == t["group_id"])

@@ -13,6 +13,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from coderl.train.metrics import phase_minutes
+from coderl.train.validation import validation_cells
+
 _COLOURS = ["#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#4b5563"]
 _W, _H, _PAD = 520, 220, 58
 
@@ -131,7 +134,7 @@ def write_report(run_dir: Path, rows: list[dict[str, Any]], summary: dict[str, A
 table{{border-collapse:collapse}} th,td{{text-align:left;padding:3px 10px;border-bottom:1px solid #eee}}</style></head>
 <body><h1>Training report: {html.escape(run_dir.name)}</h1>
 <p>{sum(1 for r in rows if "pass_rate" in r)} steps; written {time.strftime("%Y-%m-%d %H:%M:%S")}. Per-step metrics are in metrics.jsonl.</p>
-{_warnings(rows)}<table>{table}</table>
+{_warnings(rows)}{_validations(rows)}{_phases(rows)}<table>{table}</table>
 <div class="grid">{"".join(charts)}</div>
 <script type="application/json" id="metrics">{html.escape(json.dumps(rows))}</script>
 </body></html>
@@ -139,6 +142,27 @@ table{{border-collapse:collapse}} th,td{{text-align:left;padding:3px 10px;border
     path = run_dir / "report.html"
     path.write_text(page)
     return path
+
+
+def _validations(rows: list[dict[str, Any]]) -> str:
+    """The validation points side by side (start, after the warm start, after RL), as in the console."""
+    cells = validation_cells(rows)
+    if not cells:
+        return ""
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in cells[0])
+    body = "".join(
+        "<tr>" + "".join(f"<{'th' if i == 0 else 'td'}>{html.escape(c)}</{'th' if i == 0 else 'td'}>" for i, c in enumerate(r)) + "</tr>"
+        for r in cells[1:]
+    )
+    return f'<h2>Held-out validation</h2><table class="val"><tr>{head}</tr>{body}</table>'
+
+
+def _phases(rows: list[dict[str, Any]]) -> str:
+    phases = phase_minutes(rows)
+    if not phases:
+        return ""
+    parts = " · ".join(f"{html.escape(name)} {minutes:.1f}" for name, minutes in phases)
+    return f"<p>Minutes per phase: {parts} · total {sum(m for _, m in phases):.1f}.</p>"
 
 
 def _warnings(rows: list[dict[str, Any]]) -> str:

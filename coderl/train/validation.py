@@ -120,17 +120,13 @@ def point_name(row: dict[str, Any]) -> str:
     return f"step {row['step']}"
 
 
-def validation_table(rows: list[dict[str, Any]]) -> list[str]:
-    """The run's validation points side by side, one line per kind of validation (module doc), e.g.::
-
-        held-out pass@1          start                 after warm start      step 12
-        greedy (1 x 24 tasks)    0.000 [0.000, 0.138]  0.167 [0.067, 0.359]  0.250 [0.120, 0.449]
-    """
+def validation_cells(rows: list[dict[str, Any]]) -> list[list[str]]:
+    """The run's validation points side by side: a header row (the points), then one row per kind of
+    validation (module doc); each cell ``pass@1 [low, high]`` or ``-``. Empty without validations."""
     points = [r for r in rows if "val_pass_at_1" in r or "val_also_pass_at_1" in r]
     if not points:
         return []
-    width = 23
-    lines = ["held-out pass@1".ljust(28) + "".join(point_name(r).ljust(width) for r in points)]
+    table = [["held-out pass@1", *(point_name(r) for r in points)]]
     for prefix in ("val", "val_sampled", "val_also"):
         have = [r for r in points if f"{prefix}_pass_at_1" in r]
         if not have:
@@ -140,13 +136,21 @@ def validation_table(rows: list[dict[str, Any]]) -> list[str]:
         how = "greedy" if temperature == 0 else (f"T={temperature:g}" if temperature is not None else "")
         if prefix == "val_also":
             how = f"second set {how}".strip()
-        head = f"{how} ({last[f'{prefix}_samples']} x {last[f'{prefix}_tasks']} tasks)"
-        cells = []
+        cells = [f"{how} ({last[f'{prefix}_samples']} x {last[f'{prefix}_tasks']} tasks)"]
         for r in points:
             if f"{prefix}_pass_at_1" in r:
                 lo, hi = r[f"{prefix}_pass_at_1_ci95"]
-                cells.append(f"{r[f'{prefix}_pass_at_1']:.3f} [{lo:.3f}, {hi:.3f}]".ljust(width))
+                cells.append(f"{r[f'{prefix}_pass_at_1']:.3f} [{lo:.3f}, {hi:.3f}]")
             else:
-                cells.append("-".ljust(width))
-        lines.append(head.ljust(28) + "".join(cells))
-    return lines
+                cells.append("-")
+        table.append(cells)
+    return table
+
+
+def validation_table(rows: list[dict[str, Any]]) -> list[str]:
+    """:func:`validation_cells` as console lines, e.g.::
+
+        held-out pass@1          start                 after warm start      step 12
+        greedy (1 x 24 tasks)    0.000 [0.000, 0.138]  0.167 [0.067, 0.359]  0.250 [0.120, 0.449]
+    """
+    return ["".join(c.ljust(28 if i == 0 else 23) for i, c in enumerate(row)) for row in validation_cells(rows)]
