@@ -56,8 +56,16 @@ def test_bench_rl_runs_the_rl_phase_from_one_warm_start_against_its_control(tmp_
     assert [x["temperature"] for x in s["sweep"]] == [1.0] and s["chosen_temperature"] == 1.0
     assert s["sweep"][0]["samples"] == 2 * s["sweep"][0]["tasks"] and s["sweep"][0]["tasks"] >= 1
     assert (root / "warm" / "bench.json").stat().st_mtime == made and "made before, reused" in sweep.stderr
+    given = bench(tmp_path, "--temperatures", "1.0", "--warm", str(root / "warm" / "model"))  # --warm: no sft
+    assert given.returncode == 0, given.stderr[-3000:]
+    assert json.loads(given.stdout)["warm_start"] == str(root / "warm" / "model") and "coderl sft" not in given.stderr
 
 
 def test_bench_rl_needs_a_warm_start(tmp_path: Path) -> None:
     out = bench(tmp_path, "sft.before_rl=false")
     assert out.returncode != 0 and "needs sft.before_rl=true" in out.stderr
+
+
+def test_bench_rl_refuses_a_warm_start_that_is_not_a_model_folder(tmp_path: Path) -> None:
+    out = bench(tmp_path, "--warm", str(tmp_path))
+    assert out.returncode != 0 and f"--warm {tmp_path} is not a model folder (no config.json)" in out.stderr

@@ -42,6 +42,7 @@ from coderl.config.loader import dump_config
 from coderl.errors import CoderlError
 from coderl.threads import share_of_cores
 from coderl.train.checkpoints import read_metrics
+from coderl.train.sft import DEMONSTRATED
 
 WARM_KEYS = ("model", "sft", "rollout", "tasks", "sandbox")
 """Sections a warm start depends on (with train.tasks and the held-out split, and the seed)."""
@@ -91,6 +92,21 @@ def warm_checkpoint(cfg: Config, root: Path, console: Console) -> tuple[Path, fl
     minutes = (time.monotonic() - began) / 60
     marker.write_text(json.dumps({"key": key, "minutes": minutes}))
     return folder / "model", minutes
+
+
+def given_warm_start(folder: Path) -> tuple[Path, float | None]:
+    """A warm-started model folder given by the user (``--warm``), checked: (it, no minutes)."""
+    if not (folder / "config.json").is_file():
+        raise CoderlError(
+            f"bench rl: --warm {folder} is not a model folder (no config.json); give a main job's <run>/warm "
+            "or the --out folder of coderl sft"
+        )
+    if not (folder / DEMONSTRATED).is_file():
+        raise CoderlError(
+            f"bench rl: --warm {folder} has no {DEMONSTRATED} (the tasks its warm start imitated, which the "
+            "calibration samples); give a folder written by coderl sft or coderl train's warm start"
+        )
+    return folder, None
 
 
 def _teaching_share(run_dir: Path) -> list[float]:
@@ -159,9 +175,11 @@ def bench_rl(
     jobs: int = 1,
     temperatures: list[float] | None = None,
     sweep_tasks: int = 16,
+    warm_from: Path | None = None,
 ) -> dict[str, Any]:
     """The bench (module doc); with ``temperatures``, the temperature sweep (:func:`temperature_sweep`)
-    instead of the seeds."""
+    instead of the seeds. ``warm_from``: a warm-started model folder made before (a main job's
+    ``<run>/warm``, or ``coderl sft --out``) instead of the bench's own."""
     if jobs < 1:
         raise CoderlError(f"bench rl: --jobs {jobs} is not a number of processes; give 1 or more")
     if not cfg.sft.before_rl or not cfg.sft.data:
@@ -171,7 +189,7 @@ def bench_rl(
         )
     console = console or Console(stderr=True)
     root = bench_root(cfg)
-    warm, warm_minutes = warm_checkpoint(cfg, root, console)
+    warm, warm_minutes = given_warm_start(warm_from) if warm_from else warm_checkpoint(cfg, root, console)
     if temperatures:
         sweep = temperature_sweep(cfg, warm, root, temperatures, sweep_tasks, console)
         best = max(sweep, key=lambda r: (r["teaching_group_share"], r["pass_rate"]))
@@ -235,11 +253,14 @@ def to_markdown(r: dict[str, Any]) -> str:
     def cells(values: list[float]) -> str:
         return ", ".join(f"{v:.3f}" for v in values)
 
+    minutes = r["warm_start_minutes"]
+    made = f"`coderl sft`, {minutes:.0f} min when made" if minutes is not None else f"given: `{r['warm_start']}`"
+
     lines = [
         "## RL's own share (`coderl bench rl`)",
         "",
         f"Command: `{r['command']}` — {m['cpu']}, {m['cores']} cores, torch {m['torch']}. One warm start "
-        f"(`coderl sft`, {r['warm_start_minutes']:.0f} min when made), then the RL phase of `coderl train`'s "
+        f"({made}), then the RL phase of `coderl train`'s "
         f"configuration from it ({r['steps']} steps of {r['samples_per_step']} samples on `{r['tasks']}`) over seeds "
         f"{r['seeds']}, against a control whose RL learning rate is 0. About {r['minutes_per_run']:.0f} min (wall "
         f"clock) per run. Groups that could teach (rewards differ): {r['teaching_group_share']:.0%} of all, mean over steps.",

@@ -86,7 +86,7 @@ def _rl(cfg: Config, ns: argparse.Namespace, console: Console) -> dict[str, Any]
     temperatures = [float(x) for x in ns.temperatures.split(",") if x.strip()]
     return bench_rl(
         cfg, seeds=seeds[:1] if ns.quick else seeds, console=console, jobs=ns.jobs, temperatures=temperatures,
-        sweep_tasks=2 if ns.quick else ns.sweep_tasks,
+        sweep_tasks=2 if ns.quick else ns.sweep_tasks, warm_from=Path(ns.warm) if ns.warm else None,
     )  # fmt: skip
 
 
@@ -208,6 +208,7 @@ BENCHES: dict[str, Bench] = {
                 {"default": "", "help": "comma-separated rollout temperatures: measure how many groups can teach at each (the warm start's policy on training tasks) instead of the seeds"},
             ),
             ("--sweep-tasks", {"type": int, "default": 16, "help": "training tasks per temperature of --temperatures (default 16)"}),
+            ("--warm", {"default": "", "metavar": "DIR", "help": "a warm-started model folder to start from (a main job's RUN/warm, or coderl sft --out) instead of making one"}),
         ],
         train_defaults=True,
         overrides=lambda ns: (

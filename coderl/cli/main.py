@@ -59,7 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="the main job: RL on train.tasks (rollout -> grade -> advantages -> update -> sync), report.html",
         description="Train the policy with RL. With no config file the packaged defaults run (coderl/configs/"
         "train.yaml: SmolLM2-135M, swe agent with the symbol tools, bundled:synth?bug_in=callee with 24 "
-        "held-out tasks, a supervised warm start on gold demonstrations, then 3 GRPO steps).",
+        "held-out tasks, a supervised warm start on gold demonstrations, then 8 GRPO steps of 2 tasks x 8 "
+        "samples with LoRA, on tasks a calibration pass found at the policy's edge).",
     )
     _config_args(p)
     p.add_argument(

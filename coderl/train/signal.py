@@ -156,8 +156,8 @@ def diagnose(w: _Window) -> str:
         return (
             f"every sample failed ({w.samples} samples, 0 solved): the tasks are too hard for this policy. "
             "Try a supervised warm start (sft.before_rl=true), train.curriculum=edge with calibrated pass "
-            "rates (coderl tasks calibrate), a lower rollout.temperature, a larger train.group_size, "
-            "guided samples (train.guide_share > 0), or partial credit (algo.partial_credit > 0)."
+            "rates (coderl tasks calibrate), a lower rollout.temperature, a larger train.group_size "
+            "or guided samples (train.guide_share > 0)."
         )
     if w.solved == w.samples:
         return (

@@ -5,7 +5,8 @@ A run validates before any update (step 0, ``start``), after a supervised warm s
 ``train.val_samples`` times at ``train.val_temperature`` (the main job: once, greedily) — keys
 ``val_*`` — and, with ``train.val_sampled > 0``, that many times more at the rollout temperature, the
 policy as RL samples it — keys ``val_sampled_*``; ``train.val_also`` (a second held-out set) gets the
-first kind, keys ``val_also_*``. Each pass@1 comes with its 95% interval (over tasks).
+first kind, keys ``val_also_*``. The sets roll out at once (one engine batch, no set's tail idling the
+others' slots). Each pass@1 comes with its 95% interval (over tasks).
 
 Owns: what one validation rolls out, stores (``validation/step-N[-name]/[kind]``) and reports, and
 :func:`validation_table`. Must not: roll out itself (the trainer's ``roll`` does, with its engine,
@@ -14,6 +15,7 @@ ledger and bounds) or draw training tasks.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -64,15 +66,16 @@ class Validation:
         """Every kind of validation at step ``step`` (``name``: ``sft`` after the warm start)."""
         t = self.train
         val_t = self.rollout.temperature if t.val_temperature is None else t.val_temperature
-        row: dict[str, Any] = {}
+        sets: list[Awaitable[dict[str, Any]]] = []
         if self.tasks:
-            row.update(await self._set(step, name, self.tasks, "val", val_t, t.val_samples))
+            sets.append(self._set(step, name, self.tasks, "val", val_t, t.val_samples))
         if self.tasks and t.val_sampled:
-            row.update(
-                await self._set(step, name, self.tasks, "val_sampled", self.rollout.temperature, t.val_sampled)
-            )
+            sets.append(self._set(step, name, self.tasks, "val_sampled", self.rollout.temperature, t.val_sampled))
         if self.also:
-            row.update(await self._set(step, name, self.also, "val_also", val_t, t.val_samples))
+            sets.append(self._set(step, name, self.also, "val_also", val_t, t.val_samples))
+        row: dict[str, Any] = {}
+        for done in await asyncio.gather(*sets):  # at once: the engine batches one set's samples with another's
+            row.update(done)
         return row
 
     async def _set(
