@@ -30,6 +30,15 @@ SMALL = [
     "train.val_tasks=none",
     "sft.before_rl=false",
     "rollout.tools=null",
+    # none of the main job's RL recipe (tested in test_warm_start_then_rl): every step updates full
+    # weights in float32, so the sampled tokens score exactly and weight sync is the full kind
+    "train.calibrate_tasks=0",
+    "train.curriculum=none",
+    "algo.dynamic_sampling=false",
+    "actor.lora_rank=0",
+    "actor.dtype=float32",
+    "model.dtype=float32",
+    "train.val_sampled=0",
 ]
 REQUIRED = ("step", "reward_mean", "pass_rate", "logprob_mismatch", "kl", "entropy", "grad_norm", "stage_s")
 
@@ -191,6 +200,7 @@ def test_warm_start_then_rl(tmp_path: Path) -> None:
             "rollout.max_tokens=120", "rollout.max_total_tokens=200", "sft.before_rl=true", f'sft.data=["gold:{suite}"]',
             "sft.lr=1e-4", "sft.epochs=4", "sft.batch_size=2", "train.val_sampled=1", "train.calibrate_tasks=2",
             "train.calibrate_samples=1", "train.guide_share=0.5", "actor.lora_rank=4", f"run.dir={run}",
+            "algo.dynamic_sampling=false",  # the one step trains whatever its group scored
         )
     )  # fmt: skip
     rows = checkpoints.read_metrics(run / "metrics.jsonl")

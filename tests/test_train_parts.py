@@ -331,7 +331,8 @@ def test_phase_minutes_by_hand() -> None:
 
     rows = [
         {"step": 0, "phase": "start", "val_s": 60.0, "val_sampled_s": 120.0},
-        {"step": 0, "phase": "sft", "sft_s": 600.0, "val_s": 30.0, "val_sampled_s": 90.0},
+        # a point whose sets rolled out at once: its wall clock, not the sum of the overlapping sets'
+        {"step": 0, "phase": "sft", "sft_s": 600.0, "val_s": 30.0, "val_sampled_s": 120.0, "validation_s": 120.0},
         {"step": 0, "phase": "calibrate", "calibrate_s": 120.0},
         {"step": 1, "pass_rate": 0.0, "samples": 16, "step_s": 60.0, "stage_s": {"rollout": 40.0}},
         {"step": 2, "pass_rate": 0.0, "samples": 16, "step_s": 240.0, "stage_s": {"validate": 180.0}},

@@ -129,7 +129,9 @@ def phase_minutes(rows: list[dict[str, Any]]) -> list[tuple[str, float]]:
     validations during and after RL."""
 
     def validation(row: dict[str, Any]) -> float:
-        return sum(float(row.get(k, 0.0)) for k in VALIDATION_SECONDS)
+        if "validation_s" in row:  # the sets of one point roll out at once: its wall clock
+            return float(row["validation_s"])
+        return sum(float(row.get(k, 0.0)) for k in VALIDATION_SECONDS)  # a run from before: one after another
 
     phases: list[tuple[str, float]] = []
     steps = [r for r in rows if "pass_rate" in r]
