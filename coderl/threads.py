@@ -67,12 +67,23 @@ def share_of_cores(processes: int, env: Mapping[str, str] | None = None) -> dict
 
 async def in_own_thread(fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
     """``await fn(*args, **kwargs)`` run in a new thread (with this task's context variables) that
-    exits when it returns, the heap's free pages released; its result, or the exception it raised."""
+    exits when it returns, the heap's free pages released; its result, or the exception it raised.
+
+    The thread lets go of everything it was given and everything it made before the caller can go on:
+    a daemon thread still holding the last reference to a tensor when the interpreter shuts down frees
+    it while finalising, torch's destructor waits for the GIL, the thread is ended under it, and the
+    process aborts ("terminate called without an active exception") after a run that went well."""
     loop = asyncio.get_running_loop()
     future: asyncio.Future[T] = loop.create_future()
     context = contextvars.copy_context()
+    job: list[tuple[Callable[..., T], tuple[object, ...], dict[str, object]]] = [(fn, args, kwargs)]
+    del fn, args, kwargs
 
-    def settle(result: T | None, error: BaseException | None) -> None:
+    waiting = [future]  # settle lets go of the future once set: the thread holds settle until it ends
+
+    def settle(box: list[tuple[T | None, BaseException | None]]) -> None:
+        result, error = box.pop()  # the thread's last hold on them, now the loop's
+        future = waiting.pop()
         if future.cancelled():
             return
         if error is not None:
@@ -81,17 +92,18 @@ async def in_own_thread(fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs
             future.set_result(result)  # type: ignore[arg-type]
 
     def run() -> None:
-        result: T | None = None
-        error: BaseException | None = None
+        call, given, named = job.pop()
+        box: list[tuple[T | None, BaseException | None]] = []
         try:
-            result = context.run(fn, *args, **kwargs)
+            box.append((context.run(call, *given, **named), None))
         except BaseException as raised:  # handed to the awaiting task, as asyncio.to_thread does
-            error = raised
+            box.append((None, raised))
+        del call, given, named  # freed here, while the caller still waits, if the call held the last ones
         release_free_memory()
         try:
-            loop.call_soon_threadsafe(settle, result, error)
+            loop.call_soon_threadsafe(settle, box)
         except RuntimeError:  # the loop closed while this ran: nobody is waiting
-            pass
+            box.clear()
 
-    threading.Thread(target=run, name=f"coderl-{getattr(fn, '__name__', 'work')}", daemon=True).start()
+    threading.Thread(target=run, name=f"coderl-{getattr(job[0][0], '__name__', 'work')}", daemon=True).start()
     return await future

@@ -96,3 +96,31 @@ def test_processes_side_by_side_each_get_their_share_of_the_cores(monkeypatch: p
         env=share_of_cores(2, env), capture_output=True, text=True, check=True,
     )  # fmt: skip
     assert int(out.stdout) == want  # torch in the child takes it
+
+
+def test_the_thread_lets_go_of_what_it_was_given_and_made_before_the_caller_goes_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A daemon thread left holding the last reference to a tensor at interpreter shutdown aborts the
+    process (torch frees it waiting for the GIL while the thread is being ended): the argument that
+    only the call held is gone before the thread signals, and the result lives only with the caller."""
+    import weakref
+
+    import coderl.threads
+
+    class Thing:
+        pass
+
+    seen: list[bool] = []
+    argument: list[weakref.ref[Thing]] = []
+    monkeypatch.setattr(coderl.threads, "release_free_memory", lambda: seen.append(argument[0]() is None))
+
+    def work(thing: Thing) -> Thing:
+        argument.append(weakref.ref(thing))
+        return Thing()
+
+    async def main() -> weakref.ref[Thing]:
+        return weakref.ref(await in_own_thread(work, Thing()))  # the result dropped at once
+
+    made = asyncio.run(main())  # the loop's own hold on the result ends with it; the thread has none
+    assert made() is None and seen == [True]
