@@ -41,6 +41,9 @@ TRAIN = [
     "cluster.placement=STRICT_SPREAD", "cluster.namespace=coderl-check", "cluster.engine_replicas=1",
     "cluster.engine_cpus=0", "cluster.actor=ray", "actor.ranks=2", "cluster.actor_cpus=0",
     "cluster.actor_resources={rank_slot: 1}", "cluster.actor_placement=STRICT_SPREAD",
+    # not the main job's RL recipe: full float32 weights (the sharded actor's), every step an update
+    "actor.lora_rank=0", "actor.dtype=float32", "model.dtype=float32", "train.calibrate_tasks=0",
+    "algo.dynamic_sampling=false",
 ]  # fmt: skip
 RANKS = ClusterConfig(
     backend="ray", actor="ray", actor_cpus=0, actor_resources={"rank_slot": 1}, actor_placement="STRICT_SPREAD"

@@ -42,20 +42,20 @@ def test_bench_rl_runs_the_rl_phase_from_one_warm_start_against_its_control(tmp_
     lo, hi = r["rl_rise_ci95"]
     assert lo <= r["rl_rise"] <= hi and isinstance(r["control_rise"], float)
     assert 0.0 <= r["teaching_group_share"] <= 1.0
-    root = Path(r["run_dirs"]["rl"][0]).parent
-    assert (root / "warm" / "model" / "model.safetensors").is_file()
+    root = Path(r["run_dirs"]["rl"][0]).parent  # runs/bench-rl-<digest>, under the bench's working directory
+    assert (tmp_path / root / "warm" / "model" / "model.safetensors").is_file()
     for kind in ("rl", "control"):  # each run starts from the warm start, with no warm start of its own
-        config = (Path(r["run_dirs"][kind][0]) / "config.yaml").read_text()
+        config = (tmp_path / r["run_dirs"][kind][0] / "config.yaml").read_text()
         assert str(root / "warm" / "model") in config and "before_rl: false" in config
-    assert "lr: 0.0" in (Path(r["run_dirs"]["control"][0]) / "config.yaml").read_text()
+    assert "lr: 0.0" in (tmp_path / r["run_dirs"]["control"][0] / "config.yaml").read_text()
     assert "RL's own share" in (tmp_path / "B.md").read_text()
-    made = (root / "warm" / "bench.json").stat().st_mtime
+    made = (tmp_path / root / "warm" / "bench.json").stat().st_mtime
     sweep = bench(tmp_path, "--temperatures", "1.0")  # the same configuration: the same warm start
     assert sweep.returncode == 0, sweep.stderr[-3000:]
     s = json.loads(sweep.stdout)
     assert [x["temperature"] for x in s["sweep"]] == [1.0] and s["chosen_temperature"] == 1.0
     assert s["sweep"][0]["samples"] == 2 * s["sweep"][0]["tasks"] and s["sweep"][0]["tasks"] >= 1
-    assert (root / "warm" / "bench.json").stat().st_mtime == made and "made before, reused" in sweep.stderr
+    assert (tmp_path / root / "warm" / "bench.json").stat().st_mtime == made and "made before, reused" in sweep.stderr
     given = bench(tmp_path, "--temperatures", "1.0", "--warm", str(root / "warm" / "model"))  # --warm: no sft
     assert given.returncode == 0, given.stderr[-3000:]
     assert json.loads(given.stdout)["warm_start"] == str(root / "warm" / "model") and "coderl sft" not in given.stderr

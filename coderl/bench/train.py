@@ -163,15 +163,19 @@ BEFORE = {"lora_rank": 0, "dtype": "float32"}
 
 
 def _before_and_after(cfg: Config) -> dict[str, Config]:
-    """The RL step as the main job ran it before (one task x 4 samples, full float32 actor) and as the
-    configuration runs it now."""
+    """The RL step as the main job ran it before (one task x 4 samples, full float32 actor and engine)
+    and as the configuration runs it now; neither refills a group (dynamic sampling off), so each step
+    is one round of rollouts and one update, whatever the untrained model scores."""
+    one_round = cfg.algo.model_copy(update={"dynamic_sampling": False})  # each: one rollout round, one update
     before = cfg.model_copy(
         update={
             "actor": cfg.actor.model_copy(update=BEFORE),
+            "model": cfg.model.model_copy(update={"dtype": "float32"}),
             "train": cfg.train.model_copy(update={"tasks_per_step": 1, "group_size": 4}),
+            "algo": one_round,
         }
     )
-    return {"before": before, "after": cfg}
+    return {"before": before, "after": cfg.model_copy(update={"algo": one_round})}
 
 
 def _rl_update(cfg: Config, quick: bool) -> dict[str, Any]:
@@ -309,7 +313,8 @@ def to_markdown(r: dict[str, Any]) -> str:
         lines += [
             "",
             "One whole RL step (rollout, grading, update, sync) of `coderl train` from `model.path`, as the main "
-            "job ran it before (one task x 4 samples, full float32 actor) and with this configuration:",
+            "job ran it before (one task x 4 samples, full float32 actor and engine) and with this configuration "
+            "(neither refilling a group):",
             "",
             "| step | samples | step (s) | samples per RL minute | trained tokens | stage seconds |",
             "|---|---|---|---|---|---|",

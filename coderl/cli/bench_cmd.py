@@ -119,8 +119,12 @@ RL_QUICK = [
 ]  # fmt: skip
 """What ``coderl bench rl --quick`` sets: a smoke run of every stage."""
 
-SCALE_RUN = ["train.val_tasks=none", "sft.before_rl=false", "train.save_every=1000"]
-"""What every run of ``coderl bench scale`` sets: no validation, no warm start, one checkpoint."""
+SCALE_RUN = [
+    "train.val_tasks=none", "sft.before_rl=false", "train.save_every=1000", "train.calibrate_tasks=0",
+    "algo.dynamic_sampling=false",
+]  # fmt: skip
+"""What every run of ``coderl bench scale`` sets: no validation, no warm start, no calibration, one
+checkpoint; every step rolls out once and updates (no group refilled), so the modes time the same work."""
 
 
 BENCHES: dict[str, Bench] = {
