@@ -60,11 +60,13 @@ def _finish(proc: subprocess.Popen[str], timeout: float = 600) -> str:
 
 
 def test_train_with_gae_killed_and_resumed_loses_nothing(tmp_path: Path) -> None:
-    """PPO with a value head (GAE) here, so the resume must also bring the critic back."""
+    """PPO with a value head (GAE) here, so the resume must also bring the critic back; two groups a
+    step in two PPO mini-batches (two optimizer steps, both against the log-probs the step began with)."""
     run = tmp_path / "run"
     # held out of the warm-up tier, and a second held-out set of another tier beside it
     heldout = ["train.val_tasks=", "train.val_size=2", "train.val_samples=2", "train.val_also=bundled:strkit-001"]
-    proc = _train(*SMALL, *heldout, "train.steps=2", "algo.advantage=gae", "algo.lam=0.95", f"run.dir={run}")
+    minis = ["train.tasks_per_step=2", "algo.mini_batches=2"]
+    proc = _train(*SMALL, *heldout, *minis, "train.steps=2", "algo.advantage=gae", "algo.lam=0.95", f"run.dir={run}")
     deadline = time.monotonic() + 600
     while not (run / "checkpoints" / "step-000001" / "trainer.json").is_file():
         assert proc.poll() is None, proc.communicate()[0]
@@ -73,7 +75,7 @@ def test_train_with_gae_killed_and_resumed_loses_nothing(tmp_path: Path) -> None
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     before = len(read_trajectories(run))
-    assert before >= 2  # step 1's samples are on disk
+    assert before >= 4  # step 1's samples are on disk
 
     out = _finish(_train("--resume", str(run)))
     assert "resumed from" in out and "report:" in out
@@ -94,7 +96,8 @@ def test_train_with_gae_killed_and_resumed_loses_nothing(tmp_path: Path) -> None
         if row["trained_samples"]:
             assert row["logprob_mismatch"] < 1e-3  # rollout vs trainer, fp32 on CPU
             assert "value_loss" in row and "value_mean" in row
-    assert {"rollout", "check", "values", "advantages", "update", "sync", "save"} <= set(rows[-1]["stage_s"])
+        assert row["optimizer_steps"] == 2
+    assert {"rollout", "check", "values", "advantages", "old_logprobs", "update", "sync", "save"} <= set(rows[-1]["stage_s"])
     assert all(r["grade_s_total"] > 0 for r in rows)  # every rollout graded (inside the rollout stage)
     assert (run / "report.html").is_file() and "<svg" in (run / "report.html").read_text()
     found = checkpoints.latest(run)
@@ -102,7 +105,7 @@ def test_train_with_gae_killed_and_resumed_loses_nothing(tmp_path: Path) -> None
     assert (found[0] / "actor" / "optimizer.pt").is_file()
     assert (found[0] / "actor" / "value_head.pt").is_file()
     trajs = read_trajectories(run)
-    assert len(trajs) >= before + 2  # nothing recorded before the kill is gone
+    assert len(trajs) >= before + 4  # nothing recorded before the kill is gone
     # each step's samples carry the policy version that produced them: the updates before their step
     assert {t["policy_version"] for t in trajs} == {0, 1}
     saved = json.loads(json.dumps(rows[-1]))

@@ -13,7 +13,7 @@ from coderl.engine.params import SamplingParams
 from coderl.engine.scripted import ScriptedEngine
 from coderl.rl import AlgoConfig
 from coderl.train import checkpoints
-from coderl.train.batch import BatchLoss, build_batch
+from coderl.train.batch import BatchLoss, build_batch, merged_metrics, mini_batches
 from coderl.train.ledger import SampledLedger
 from coderl.train.loggers import flatten
 from coderl.train.report import write_report
@@ -160,6 +160,65 @@ def test_batch_loss_reports_the_rollout_trainer_mismatch_on_trained_tokens_only(
     assert metrics["logprob_mismatch"] == pytest.approx(0.25 / 12)
     assert metrics["logprob_mismatch_max"] == pytest.approx(0.25)
     assert "loss" in metrics and "clip_fraction" in metrics
+
+
+def _three_groups() -> list[Trajectory]:
+    return [*_trajs(), _traj("c", 2, [4, 4, 4, 4, 4, 4], [1] * 6, 1.0), _traj("c", 2, [4], [1], 0.0)]
+
+
+def test_mini_batches_hold_whole_groups_with_even_tokens() -> None:
+    batch = build_batch(_three_groups(), AlgoConfig(advantage="grpo"), max_response=8)
+    # trained tokens per group: a 3+2=5, b 2+5=7, c 6+1=7
+    parts = mini_batches(batch, 2)
+    assert parts == [[0, 1, 2, 3], [4, 5]]  # largest first: b, c, then a beside the lighter (b): 12 and 7
+    assert mini_batches(batch, 1) == [[0, 1, 2, 3, 4, 5]]
+    assert len(mini_batches(batch, 9)) == 3  # never more mini-batches than groups, none empty
+    for part in mini_batches(batch, 3):
+        assert len({int(batch.group_index[i]) for i in part}) == 1
+
+
+def test_a_subset_keeps_its_rows_advantages() -> None:
+    batch = build_batch(_three_groups(), AlgoConfig(advantage="grpo"), max_response=8)
+    batch.old_logp = torch.randn(batch.mask.shape)
+    sub = batch.subset([2, 3])
+    assert sub.sequences == batch.sequences[2:4] and sub.starts == batch.starts[2:4]
+    assert torch.equal(sub.advantages, batch.advantages[2:4]) and torch.equal(sub.mask, batch.mask[2:4])
+    assert sub.old_logp is not None and torch.equal(sub.old_logp, batch.old_logp[2:4])
+
+
+def test_a_later_mini_batch_is_clipped_against_the_policy_before_the_first_update() -> None:
+    """With ``old_logp`` (PPO mini-batches) the ratio is taken against the weights the step started from:
+    a token whose probability already rose beyond 1 + clip_high gets no more push (its gradient is 0);
+    without it the ratio starts at 1 and the same token is pushed again."""
+    algo = AlgoConfig(advantage="grpo", tis_cap=None)
+    batch = build_batch(_trajs(), algo, max_response=8)
+    rows = [0]  # the resolved sample of group a: advantage > 0 on its trained tokens
+    before = torch.full((1, batch.mask.shape[1]), -1.0)
+    now = torch.full((4,), -0.5, requires_grad=True)  # ratio e^0.5 = 1.65 > 1.28
+    BatchLoss(batch, algo)(rows, [now], None).backward()
+    assert now.grad is not None and float(now.grad.abs().sum()) > 0
+    batch.old_logp = torch.cat([before, torch.zeros(3, batch.mask.shape[1])])
+    again = torch.full((4,), -0.5, requires_grad=True)
+    loss = BatchLoss(batch, algo)
+    loss(rows, [again], None).backward()
+    assert again.grad is not None and float(again.grad.abs().sum()) == 0.0
+    assert loss.metrics()["clip_fraction"] == 1.0
+
+
+def test_merged_metrics_weigh_token_means_by_tokens() -> None:
+    algo = AlgoConfig(advantage="grpo")
+    batch = build_batch(_trajs(), algo, max_response=8)
+    losses = []
+    for part, value in (([0, 1], -0.5), ([2, 3], -0.25)):
+        sub = batch.subset(part)
+        loss = BatchLoss(sub, algo)
+        loss([0, 1], [torch.full((len(t.response_ids),), value) for t in sub.trajectories], None)
+        losses.append(loss)
+    merged = merged_metrics(losses)
+    # rollout logprobs are -0.5: the first mini-batch (5 tokens) matches them, the second (7) is 0.25 off
+    assert merged["logprob_mismatch"] == pytest.approx(0.25 * 7 / 12)
+    assert merged["logprob_mismatch_max"] == pytest.approx(0.25)
+    assert merged["loss"] == pytest.approx((losses[0].metrics()["loss"] + losses[1].metrics()["loss"]) / 2)
 
 
 # ---------------------------------------------------------------- checkpoints and metrics

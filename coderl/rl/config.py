@@ -66,6 +66,11 @@ class AlgoConfig(Section):
     """gae: weight of the value head's loss next to the policy loss (the head shares the policy's trunk)."""
     value_clip: float | None = Field(0.2, gt=0.0)
     """gae: PPO value clipping, |V - V_old| <= value_clip in the loss; None = plain squared error."""
+    mini_batches: int = Field(1, ge=1)
+    """Optimizer steps per RL step (PPO mini-batches; verl's train batch / ppo_mini_batch_size): the step's
+    groups are split into this many mini-batches of whole groups, each one optimizer step. With more than
+    one, the trainer scores every sequence once before the first update and those log-probs are the old
+    policy of every mini-batch, so the PPO ratio and its clipping bound how far the later ones move."""
     dynamic_sampling: bool = False
     """DAPO dynamic sampling: drop groups whose rewards are all equal and refill the batch."""
     overlong_buffer: int = Field(0, ge=0)

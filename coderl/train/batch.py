@@ -42,10 +42,51 @@ class TrainBatch:
     advantages: torch.Tensor = field(default_factory=lambda: torch.zeros(0))  # [B, T]
     old_values: torch.Tensor | None = None  # [B, T] value head before the update (gae)
     returns: torch.Tensor | None = None  # [B, T] GAE value targets (gae)
+    old_logp: torch.Tensor | None = None  # [B, T] trainer log-probs before the step's first update (mini-batches)
 
     @property
     def size(self) -> int:
         return len(self.sequences)
+
+    def subset(self, rows: list[int]) -> TrainBatch:
+        """The batch's rows ``rows``, in that order, advantages and all (a PPO mini-batch)."""
+        index = torch.tensor(rows, dtype=torch.long)
+
+        def pick(t: torch.Tensor | None) -> torch.Tensor | None:
+            return None if t is None else t[index]
+
+        return TrainBatch(
+            trajectories=[self.trajectories[i] for i in rows],
+            sequences=[self.sequences[i] for i in rows],
+            starts=[self.starts[i] for i in rows],
+            mask=self.mask[index],
+            rollout_logp=self.rollout_logp[index],
+            rewards=self.rewards[index],
+            group_index=self.group_index[index],
+            rollout_index=self.rollout_index[index],
+            counted=self.counted[index],
+            max_response=self.max_response,
+            advantages=self.advantages[index],
+            old_values=pick(self.old_values),
+            returns=pick(self.returns),
+            old_logp=pick(self.old_logp),
+        )
+
+
+def mini_batches(batch: TrainBatch, count: int) -> list[list[int]]:
+    """Row indices of ``count`` mini-batches of whole groups (fewer when the batch has fewer groups), their
+    trained tokens as even as a greedy split makes them; each list in batch order."""
+    tokens = batch.mask.sum(dim=1)  # [B]
+    groups: dict[int, list[int]] = defaultdict(list)
+    for i, g in enumerate(batch.group_index.tolist()):
+        groups[g].append(i)
+    parts: list[list[int]] = [[] for _ in range(min(count, len(groups)))]
+    load = [0.0] * len(parts)
+    for rows in sorted(groups.values(), key=lambda r: -float(tokens[r].sum())):
+        k = load.index(min(load))
+        parts[k] += rows
+        load[k] += float(tokens[rows].sum())
+    return [sorted(p) for p in parts]
 
 
 def sequences_of(rollouts: list[Trajectory]) -> list[Trajectory]:
@@ -101,9 +142,9 @@ def build_batch(
     )
     token_rewards = None
     if ref_logp is not None and algo.kl_in_reward and algo.kl_coef > 0:
-        ref = _pad([r.cpu() for r in ref_logp], width)  # [B, T]
+        ref = padded([r.cpu() for r in ref_logp], width)  # [B, T]
         token_rewards = kl_token_rewards(rollout_logp, ref, mask, algo)  # [B, T]
-    padded_values = _pad([v.detach().cpu() for v in values], width) * mask if values is not None else None
+    padded_values = padded([v.detach().cpu() for v in values], width) * mask if values is not None else None
     batch.advantages, returns = compute_advantages(
         rewards,
         mask,
@@ -144,9 +185,10 @@ class BatchLoss:
     ``max_response``), so gradient accumulation over micro-batches equals one full-batch step, however
     the batch is split. Collects the step's metrics as it goes.
 
-    One optimizer step per batch: the "old" policy is the trainer's own pre-update logprobs
-    (detached), so PPO ratios start at 1; the rollout-vs-trainer gap is reported as
-    ``logprob_mismatch`` and corrected by truncated importance sampling (``algo.tis_cap``).
+    The "old" policy is ``batch.old_logp`` when the batch has it (PPO mini-batches: the trainer's
+    log-probs before the step's first update), else the trainer's own log-probs of this forward
+    (detached), so PPO ratios start at 1 (one optimizer step per batch); the rollout-vs-trainer gap is
+    reported as ``logprob_mismatch`` and corrected by truncated importance sampling (``algo.tis_cap``).
     """
 
     def __init__(
@@ -176,9 +218,9 @@ class BatchLoss:
         rows = torch.tensor(indices, dtype=torch.long)
         width = max(len(b.trajectories[i].response_ids) for i in indices)
         mask = b.mask[rows, :width].to(dev)  # [b, T]
-        logp = _pad(logprobs, width)  # [b, T]
-        entropy = _pad(entropies, width) if entropies is not None else None  # [b, T]
-        ref = _pad([self.ref_logp[i] for i in indices], width) if self.ref_logp is not None else None
+        logp = padded(logprobs, width)  # [b, T]
+        entropy = padded(entropies, width) if entropies is not None else None  # [b, T]
+        ref = padded([self.ref_logp[i] for i in indices], width) if self.ref_logp is not None else None
         rollout = b.rollout_logp[rows, :width].to(dev)  # [b, T]
         value_terms: dict[str, torch.Tensor] = {}
         if values is not None:
@@ -187,16 +229,17 @@ class BatchLoss:
                     "the actor has a value head but the batch has no GAE returns (algo.advantage=gae)"
                 )
             value_terms = {
-                "values": _pad(values, width),  # [b, T]
+                "values": padded(values, width),  # [b, T]
                 "old_values": b.old_values[rows, :width].to(dev),  # [b, T]
                 "returns": b.returns[rows, :width].to(dev),  # [b, T]
             }
-        gap = (logp.detach() - rollout).abs() * mask  # [b, T]
+        old = logp.detach() if b.old_logp is None else b.old_logp[rows, :width].to(dev)  # [b, T]
+        gap = (old - rollout).abs() * mask  # [b, T]
         self.mismatch_sum += float(gap.sum())
         self.mismatch_max = max(self.mismatch_max, float(gap.max()) if gap.numel() else 0.0)
         loss, metrics = compute_loss(
             logp,
-            logp.detach(),
+            old,
             b.advantages[rows, :width].to(dev),
             mask,
             self.algo,
@@ -239,7 +282,26 @@ class BatchLoss:
         return out
 
 
-def _pad(rows: list[torch.Tensor], width: int) -> torch.Tensor:
+def merged_metrics(losses: list[BatchLoss]) -> dict[str, float]:
+    """One step's metrics from the :class:`BatchLoss` of each of its mini-batches: token means weighted
+    by the mini-batches' trained tokens, the objectives (loss, pg_loss) averaged, maxima the largest."""
+    if len(losses) == 1:
+        return losses[0].metrics()
+    rows = [(x.metrics(), x.num_tokens) for x in losses]
+    out: dict[str, float] = {}
+    for key in {k for m, _ in rows for k in m}:
+        present = [(m[key], n) for m, n in rows if key in m]
+        if key.endswith("_max"):
+            out[key] = max(v for v, _ in present)
+        elif key in _SUMMED:
+            out[key] = sum(v for v, _ in present) / len(present)
+        else:
+            out[key] = sum(v * n for v, n in present) / max(sum(n for _, n in present), 1e-12)
+    return out
+
+
+def padded(rows: list[torch.Tensor], width: int) -> torch.Tensor:
+    """One row per tensor, each cut or zero-padded to ``width``: ``[len(rows), width]`` float32."""
     out = torch.zeros(
         len(rows), width, dtype=torch.float32, device=rows[0].device if rows else None
     )  # [b, T]

@@ -58,7 +58,7 @@ from coderl.tasks.split import train_and_held_out
 from coderl.threads import in_own_thread
 from coderl.train import checkpoints
 from coderl.train.actor import Policy, Scored
-from coderl.train.batch import BatchLoss, build_batch, sequences_of
+from coderl.train.batch import BatchLoss, build_batch, merged_metrics, mini_batches, padded, sequences_of
 from coderl.train.curriculum import Curriculum
 from coderl.train.fanout import FanOutSync
 from coderl.train.guidance import Guidance
@@ -379,7 +379,8 @@ class Trainer:
             row.update(await self._update([r.trajectory for r in trainable], timer))
         else:
             row.update(
-                logprob_mismatch=0.0, grad_norm=0.0, update_skipped=1.0, advantage_abs_mean=0.0, trained_tokens=0
+                logprob_mismatch=0.0, grad_norm=0.0, update_skipped=1.0, advantage_abs_mean=0.0, trained_tokens=0,
+                optimizer_steps=0,
             )
             why = (
                 "dynamic sampling kept no group (every group's rewards were equal)"
@@ -621,21 +622,34 @@ class Trainer:
                 values = [s.values for s in await self._score(rows, with_values=True) if s.values is not None]
         with timer("advantages"):
             batch = build_batch(rollouts, cfg.algo, self.max_response, ref, values)
-            loss = BatchLoss(batch, cfg.algo, ref)
+            parts = mini_batches(batch, cfg.algo.mini_batches)
+        if len(parts) > 1:  # every mini-batch's old policy: the weights before the first update
+            with timer("old_logprobs"):
+                batch.old_logp = padded([s.logprobs for s in await self._score(rows)], batch.mask.shape[1])
+        losses: list[BatchLoss] = []
+        updates: list[dict[str, float]] = []
         with timer("update"):
-            update = await in_own_thread(
-                self.actor.train_step, batch.sequences, batch.starts, cfg.rollout.temperature, loss, True
-            )
+            for part in parts:
+                sub = batch.subset(part) if len(parts) > 1 else batch
+                loss = BatchLoss(sub, cfg.algo, None if ref is None else [ref[i] for i in part])
+                updates.append(
+                    await in_own_thread(
+                        self.actor.train_step, sub.sequences, sub.starts, cfg.rollout.temperature, loss, True
+                    )
+                )
+                losses.append(loss)
         with timer("sync"):
             await self._sync(self.version + 1)
         mask = batch.mask
+        step_s = sum(u["step_s"] for u in updates)
         return {
-            **loss.metrics(),
-            "grad_norm": update["grad_norm"],
-            "lr": update["lr"],
-            "tokens_per_s": update["tokens_per_s"],
-            "train_tokens": update["tokens"],
-            "update_skipped": update["skipped"],
+            **merged_metrics(losses),
+            "grad_norm": max(u["grad_norm"] for u in updates),
+            "lr": updates[0]["lr"],
+            "tokens_per_s": sum(u["tokens"] for u in updates) / max(step_s, 1e-9),
+            "train_tokens": sum(u["tokens"] for u in updates),
+            "update_skipped": sum(u["skipped"] for u in updates),
+            "optimizer_steps": len(updates),
             "advantage_abs_mean": float((batch.advantages.abs() * mask).sum() / mask.sum().clamp(min=1)),
             "trained_tokens": int(mask.sum()),
             "shaped_reward_mean": float(batch.rewards[batch.counted > 0].mean()),
