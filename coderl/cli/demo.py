@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from coderl.chat import ChatFormat
@@ -17,6 +17,7 @@ from coderl.cli.common import config_from_args
 from coderl.config import Config
 from coderl.engine import SamplingParams, create_engine
 from coderl.engine.embedded import EmbeddedEngine
+from coderl.progress import progress_bars
 from coderl.rundir import append_jsonl, create_run_dir
 
 PROMPTS = [
@@ -55,10 +56,8 @@ async def _demo(cfg: Config, n_requests: int, max_tokens: int) -> int:
     )
     prompts = [PROMPTS[i % len(PROMPTS)] for i in range(n_requests)]
     results: list[dict[str, Any]] = []
-    with Progress(
-        TextColumn("generating"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
-    ) as progress:
-        bar = progress.add_task("gen", total=n_requests)
+    with progress_bars(console, TextColumn("generating"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()) as progress:
+        bar = progress.add_task("generating", total=n_requests)
 
         async def one(i: int, prompt: str) -> None:
             ids = chat.render([{"role": "user", "content": prompt}])

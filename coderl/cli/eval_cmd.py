@@ -8,7 +8,7 @@ import asyncio
 import json
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
 from coderl.chat import ChatFormat
 from coderl.cli.common import config_from_args
@@ -16,6 +16,7 @@ from coderl.cluster.engines import RayEngines
 from coderl.cluster.ray_rollouts import RayRollouts, connect, import_ray
 from coderl.config import Config
 from coderl.engine import create_engine
+from coderl.progress import progress_bars
 from coderl.rollout.context import ContextFactory
 from coderl.rollout.report import build_report
 from coderl.rollout.runner import RolloutResult, RolloutSettings, run_rollouts, task_groups
@@ -102,17 +103,17 @@ async def _run(cfg: Config, command: str, grade: bool) -> list[RolloutResult]:
             with console.status("placing the rollout workers on the Ray cluster"):
                 await remote.start(engine, str(cfg.model.path or "coderl-policy"))
             console.print(remote.describe())
-        with Progress(
-            TextColumn(f"{command}"), BarColumn(), MofNCompleteColumn(), TextColumn("pass rate {task.fields[rate]}"),
-            TimeElapsedColumn(), console=console,
+        with progress_bars(
+            console, TextColumn(f"{command}"), BarColumn(), MofNCompleteColumn(),
+            TextColumn("pass rate {task.fields[pass_rate]}"), TimeElapsedColumn(),
         ) as progress:  # fmt: skip
-            bar = progress.add_task(command, total=len(tasks) * cfg.rollout.group_size, rate="-")
+            bar = progress.add_task(command, total=len(tasks) * cfg.rollout.group_size, pass_rate="-")
             done: list[RolloutResult] = []
 
             def on_done(r: RolloutResult) -> None:
                 done.append(r)
                 rate = sum(x.resolved for x in done) / len(done)
-                progress.update(bar, advance=1, rate=f"{rate:.0%}" if grade else "n/a")
+                progress.update(bar, advance=1, pass_rate=f"{rate:.0%}" if grade else "n/a")
 
             if remote is None:
                 results = await run_rollouts(groups, engine, contexts, settings, store, on_done)

@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from coderl.config import Config, load_config
 from coderl.config.packaged import default_train_config
 from coderl.errors import ConfigError
+from coderl.progress import progress_bars
 from coderl.rundir import create_run_dir
 
 if TYPE_CHECKING:
@@ -61,11 +61,8 @@ def _train_and_export(
     from coderl.train.sync import export_checkpoint
 
     steps = cfg.sft.epochs * -(-min(len(demos), cfg.sft.max_demos or len(demos)) // cfg.sft.batch_size)
-    with Progress(
-        TextColumn("sft"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"), TimeElapsedColumn(),
-        console=console,
-    ) as progress:  # fmt: skip
-        bar = progress.add_task("sft", total=steps, info="")
+    with progress_bars(console, name="sft") as progress:
+        bar = progress.add_task("steps", total=steps, info="")
         rows = train_sft(
             actor,
             demos,

@@ -9,10 +9,11 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from coderl.cli.common import config_from_args
+from coderl.progress import progress_bars
 from coderl.tasks import load_tasks
 
 
@@ -51,14 +52,14 @@ def run_tasks_validate(ns: argparse.Namespace) -> int:
     cfg = config_from_args(ns)
     tasks = load_tasks(cfg.tasks.source)
     console = Console(stderr=True)
-    with Progress(
-        TextColumn("validating"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[bad]} failing"),
-        TimeElapsedColumn(), console=console,
+    with progress_bars(
+        console, TextColumn("validating"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[failing]} failing"),
+        TimeElapsedColumn(),
     ) as progress:  # fmt: skip
-        bar = progress.add_task("v", total=len(tasks), bad=0)
+        bar = progress.add_task("validating", total=len(tasks), failing=0)
 
         def done(check: TaskCheck) -> None:
-            progress.update(bar, advance=1, bad=progress.tasks[0].fields["bad"] + (not check.ok))
+            progress.update(bar, advance=1, failing=progress.tasks[0].fields["failing"] + (not check.ok))
             if not check.ok:
                 progress.console.print(f"[red]{check.task_id}[/red]: " + "; ".join(check.problems))
 
@@ -95,10 +96,7 @@ def run_tasks_synth(ns: argparse.Namespace) -> int:
         timeout_s=ns.timeout, validate=not ns.no_validate,
     )  # fmt: skip
     console = Console(stderr=True)
-    with Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
-        TimeElapsedColumn(), console=console,
-    ) as progress:  # fmt: skip
+    with progress_bars(console) as progress:
         bar = progress.add_task("mutants kept", total=opts.n, info="")
         check = progress.add_task("validated", total=None, info="", visible=False)
 

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import Progress
 
 from coderl.chat import ChatFormat
 from coderl.cluster.engines import RayEngines
@@ -41,6 +41,7 @@ from coderl.config import Config
 from coderl.engine import create_engine
 from coderl.engine.base import Engine
 from coderl.errors import ConfigError
+from coderl.progress import progress_bars
 from coderl.rl import keep_groups
 from coderl.rollout.context import ContextFactory
 from coderl.rollout.runner import (
@@ -265,11 +266,7 @@ class Trainer:
         store = TrajectoryStore(self.run_dir)
         try:
             await self.setup(resume)
-            with Progress(
-                TextColumn("[bold]train[/]"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
-                TimeElapsedColumn(), console=self.console,
-                transient=not self.console.is_terminal,  # a log file gets the step lines, not a last bar frame
-            ) as progress:  # fmt: skip
+            with progress_bars(self.console, name="train") as progress:
                 bar = progress.add_task(
                     "steps", total=cfg.train.steps, completed=self.start_step - 1, info=""
                 )
