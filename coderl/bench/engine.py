@@ -21,12 +21,13 @@ from typing import Any
 
 import torch
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
 
 from coderl.bench.report import machine_info, percentile
 from coderl.config import Config
 from coderl.engine.embedded import EmbeddedEngine
 from coderl.engine.params import SamplingParams
+from coderl.progress import progress_bars
 
 CONCURRENCY = (1, 4, 8, 16)
 
@@ -50,9 +51,7 @@ async def bench_engine(cfg: Config, quick: bool = False, console: Console | None
     steps = len(levels) + 4
     tok_s: dict[str, float] = {}
     ttfts: list[float] = []
-    with Progress(
-        TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=console
-    ) as progress:
+    with progress_bars(console, TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn()) as progress:
         bar = progress.add_task("warm-up", total=steps)
         await engine.generate(prompts[0][:16], SamplingParams(max_tokens=4, ignore_eos=True))
         for c in levels:

@@ -26,6 +26,7 @@ from coderl.config import Config
 from coderl.engine.embedded import EmbeddedEngine
 from coderl.engine.params import SamplingParams
 from coderl.errors import ConfigError
+from coderl.progress import progress_bars
 
 LEVELS = (1, 8, 64)
 RANDOM_WEIGHTS_MARKER = "CODERL_RANDOM_WEIGHTS"
@@ -67,9 +68,7 @@ async def bench_engine_cuda(
     model_info: dict[str, Any] = {}
     hf: dict[str, float] = {}
     prompts: list[list[int]] = []
-    with Progress(
-        TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=console
-    ) as progress:
+    with progress_bars(console, TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn()) as progress:
         bar = progress.add_task("load", total=(len(modes) + 1) * len(levels))
         for mode in modes:
             engine_cfg = cfg.engine.model_copy(update={**MODES[mode], "max_batch_size": batch})

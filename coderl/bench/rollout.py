@@ -23,12 +23,13 @@ from typing import Any
 
 import yaml
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
 
 from coderl.bench.report import machine_busy_cpu_s, machine_info, percentile
 from coderl.chat import ChatFormat
 from coderl.config import Config
 from coderl.engine.scripted import ScriptedEngine
+from coderl.progress import progress_bars
 from coderl.rollout.config import RolloutConfig
 from coderl.rollout.context import ContextFactory
 from coderl.rollout.runner import RolloutSettings, run_rollouts, task_groups
@@ -75,9 +76,7 @@ async def bench_rollout(
     overheads: list[float] = []
     with (
         tempfile.TemporaryDirectory() as tmp,
-        Progress(
-            TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=console
-        ) as progress,
+        progress_bars(console, TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn()) as progress,
     ):
         task = _demo_task(Path(tmp))
         bar = progress.add_task("rollouts", total=len(levels) + (1 if model_eval else 0))

@@ -9,9 +9,10 @@ import time
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
 
 from coderl.bench.report import machine_info, percentile
+from coderl.progress import progress_bars
 from coderl.sandbox import SandboxSpec, create_sandbox
 
 CONCURRENCY = (1, 8, 32)
@@ -59,9 +60,7 @@ async def bench_sandbox(
     n, per_worker = (20, 2) if quick else (200, 5)
     backends: dict[str, Any] = {}
     skipped: dict[str, str] = {}
-    with Progress(
-        TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=console
-    ) as progress:
+    with progress_bars(console, TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn()) as progress:
         bar = progress.add_task("sandboxes", total=5)
         for name in ("bwrap", "process"):
             progress.update(bar, description=f"{name}: create/exec/close")

@@ -24,10 +24,11 @@ from typing import Any
 
 import torch
 from rich.console import Console
-from rich.progress import Progress
+from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
 
 from coderl.bench.report import machine_info
 from coderl.config import Config
+from coderl.progress import progress_bars
 from coderl.train.actor import Actor
 
 
@@ -114,7 +115,7 @@ def bench_train(
     loss = _nll(sum(len(s) - st for s, st in zip(seqs, starts, strict=True)))
     rates: dict[str, list[float]] = {"packed": [], "padded": []}
     peak_packed = 0.0
-    with Progress(console=console) as progress:
+    with progress_bars(console, TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn()) as progress:
         bar = progress.add_task("packed, then padded train steps", total=2 * rounds)
         for mode, actor in actors.items():  # packed first: the peak memory after it is the trainer's own
             for _ in range(rounds):
