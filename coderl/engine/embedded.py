@@ -286,6 +286,7 @@ class EmbeddedEngine(Engine):
                 return await asyncio.shield(req.future)
             except asyncio.CancelledError:
                 req.cancelled = True
+                req.future.add_done_callback(_retrieved)  # nobody awaits it now: an error later is no news
                 with self._cond:
                     self._cond.notify_all()
                 raise
@@ -536,6 +537,13 @@ class EmbeddedEngine(Engine):
                 self._rows.release_all()
         for item in items:
             _resolve(item.loop, item.future, error=error)
+
+
+def _retrieved(future: asyncio.Future[Any]) -> None:
+    """Mark a shielded request's outcome as seen once its caller is gone (cancelled, or interrupted by
+    Ctrl-C), so the engine's stop does not log "Future exception was never retrieved" for each one."""
+    if not future.cancelled():
+        future.exception()
 
 
 def _resolve(
