@@ -130,11 +130,13 @@ class TrainConfig(Section):
     0 = no calibration pass."""
     calibrate_samples: int = Field(4, ge=1)
     """Samples per task of the calibration pass, at rollout.temperature."""
-    calibrate_from: Literal["demonstrated", "all"] = "demonstrated"
+    calibrate_from: Literal["demonstrated", "undemonstrated", "all"] = "demonstrated"
     """Which training tasks the calibration pass samples: demonstrated = those the warm start imitated
     (this run's, or the ones model.path's folder records; a warm-started policy solves them sometimes
-    far more often than new ones, so RL starts with groups that can teach), all training tasks when
-    none are known; all = every training task."""
+    far more often than new ones, so RL starts with groups that can teach); undemonstrated = the others
+    (functions the policy never saw fixed, as the held-out tasks are: fewer groups can teach, what they
+    teach is the skill validation measures); either falls back to all training tasks when none are
+    known; all = every training task."""
     signal_patience: int = Field(2, ge=0)
     """Warn (console, metrics.jsonl, loggers, report.html) when this many steps in a row had no group whose
     rewards differ, naming the likely cause: every sample failed, solved, or was truncated, the tool-call

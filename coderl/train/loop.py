@@ -459,8 +459,9 @@ class Trainer:
         t = cfg.train
         assert self.curriculum is not None
         began = time.perf_counter()
-        demonstrated = [x for x in self.tasks if x.id in self.demonstrated]
-        pool = demonstrated if t.calibrate_from == "demonstrated" and demonstrated else self.tasks
+        known = bool(self.demonstrated) and t.calibrate_from != "all"
+        pool = [x for x in self.tasks if (x.id in self.demonstrated) == (t.calibrate_from == "demonstrated")]
+        pool = pool if known and pool else self.tasks
         picked = random.Random(cfg.run.seed).sample(pool, min(t.calibrate_tasks, len(pool)))
         results = await self._rollout(task_groups(picked, t.calibrate_samples, tag="cal."), progress, "calibration")
         store = TrajectoryStore(self.run_dir / "calibration")
@@ -477,7 +478,7 @@ class Trainer:
             "calibrate_pass_rate": sum(r.resolved for r in results) / max(len(results), 1),
             "calibrate_s": round(time.perf_counter() - began, 2),
         }  # fmt: skip
-        which = "demonstrated" if pool is demonstrated else "training"
+        which = t.calibrate_from if known and pool is not self.tasks else "training"
         self.console.print(
             f"calibration: {len(picked)} {which} tasks x {t.calibrate_samples} samples at T={cfg.rollout.temperature:g}: "
             f"{row['calibrate_edge']} sometimes solved (the curriculum draws these first), {row['calibrate_always']} "
