@@ -110,3 +110,15 @@ def test_an_edge_task_drawn_edge_draws_times_goes_behind_the_untried_ones() -> N
     assert again.draws == cur.draws
     unlimited = Curriculum(tasks, "edge", estimates, seed=0)
     assert [t.id for _ in range(3) for t in unlimited.draw(1)] == ["t0", "t0", "t0"]
+
+
+def test_the_calibration_pool_follows_calibrate_from() -> None:
+    from coderl.train.loop import calibration_pool
+
+    tasks = _tasks(4)
+    shown = {"t0", "t2"}
+    assert [x.id for x in calibration_pool(tasks, shown, "demonstrated")[0]] == ["t0", "t2"]
+    assert calibration_pool(tasks, shown, "undemonstrated") == ([tasks[1], tasks[3]], "undemonstrated")
+    assert calibration_pool(tasks, shown, "all") == (tasks, "training")
+    assert calibration_pool(tasks, set(), "undemonstrated") == (tasks, "training")  # no warm start known
+    assert calibration_pool(tasks, {t.id for t in tasks}, "undemonstrated") == (tasks, "training")  # none left

@@ -459,9 +459,7 @@ class Trainer:
         t = cfg.train
         assert self.curriculum is not None
         began = time.perf_counter()
-        known = bool(self.demonstrated) and t.calibrate_from != "all"
-        pool = [x for x in self.tasks if (x.id in self.demonstrated) == (t.calibrate_from == "demonstrated")]
-        pool = pool if known and pool else self.tasks
+        pool, which = calibration_pool(self.tasks, self.demonstrated, t.calibrate_from)
         picked = random.Random(cfg.run.seed).sample(pool, min(t.calibrate_tasks, len(pool)))
         results = await self._rollout(task_groups(picked, t.calibrate_samples, tag="cal."), progress, "calibration")
         store = TrajectoryStore(self.run_dir / "calibration")
@@ -478,7 +476,6 @@ class Trainer:
             "calibrate_pass_rate": sum(r.resolved for r in results) / max(len(results), 1),
             "calibrate_s": round(time.perf_counter() - began, 2),
         }  # fmt: skip
-        which = t.calibrate_from if known and pool is not self.tasks else "training"
         self.console.print(
             f"calibration: {len(picked)} {which} tasks x {t.calibrate_samples} samples at T={cfg.rollout.temperature:g}: "
             f"{row['calibrate_edge']} sometimes solved (the curriculum draws these first), {row['calibrate_always']} "
@@ -682,6 +679,17 @@ class Trainer:
             "row": row,
         }
         checkpoints.commit(self.run_dir, tmp, step, state, self.cfg.train.keep_checkpoints)
+
+
+def calibration_pool(tasks: list[Task], demonstrated: set[str], which: str) -> tuple[list[Task], str]:
+    """The training tasks ``train.calibrate_from=which`` samples, and what they are called in the console:
+    the ``demonstrated`` ones or the ``undemonstrated`` ones, every task when the warm start's
+    demonstrations are unknown or the split leaves none, and every task for ``all``."""
+    if which != "all" and demonstrated:
+        pool = [x for x in tasks if (x.id in demonstrated) == (which == "demonstrated")]
+        if pool:
+            return pool, which
+    return tasks, "training"
 
 
 def _informative_groups(results: list[RolloutResult]) -> set[str]:
