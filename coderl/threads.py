@@ -65,6 +65,22 @@ def share_of_cores(processes: int, env: Mapping[str, str] | None = None) -> dict
     return out
 
 
+class WorkCancelled(Exception):
+    """Raised at a :func:`cancel_point` inside an :func:`in_own_thread` call whose caller was cancelled
+    (Ctrl-C cancels the run's task): the work stops there, and the caller waits for that."""
+
+
+_cancel: contextvars.ContextVar[threading.Event | None] = contextvars.ContextVar("coderl_cancel", default=None)
+
+
+def cancel_point() -> None:
+    """In work that :func:`in_own_thread` runs, between two steps of it (micro-batches of an update):
+    raise :class:`WorkCancelled` when the caller was cancelled. Elsewhere nothing."""
+    event = _cancel.get()
+    if event is not None and event.is_set():
+        raise WorkCancelled("the awaiting task was cancelled")
+
+
 async def in_own_thread(fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
     """``await fn(*args, **kwargs)`` run in a new thread (with this task's context variables) that
     exits when it returns, the heap's free pages released; its result, or the exception it raised.
@@ -72,10 +88,18 @@ async def in_own_thread(fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs
     The thread lets go of everything it was given and everything it made before the caller can go on:
     a daemon thread still holding the last reference to a tensor when the interpreter shuts down frees
     it while finalising, torch's destructor waits for the GIL, the thread is ended under it, and the
-    process aborts ("terminate called without an active exception") after a run that went well."""
+    process aborts ("terminate called without an active exception") after a run that went well.
+
+    When the caller is cancelled (Ctrl-C cancels the run's main task), the work is asked to stop at its
+    next :func:`cancel_point` and the caller waits until the thread has let go of everything, then
+    re-raises the cancellation: a process interrupted in the middle of an update exits cleanly (130),
+    not from under a thread still computing (the same abort)."""
     loop = asyncio.get_running_loop()
     future: asyncio.Future[T] = loop.create_future()
+    ended: asyncio.Future[None] = loop.create_future()
+    stop = threading.Event()
     context = contextvars.copy_context()
+    context.run(_cancel.set, stop)
     job: list[tuple[Callable[..., T], tuple[object, ...], dict[str, object]]] = [(fn, args, kwargs)]
     del fn, args, kwargs
 
@@ -102,8 +126,21 @@ async def in_own_thread(fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs
         release_free_memory()
         try:
             loop.call_soon_threadsafe(settle, box)
+            loop.call_soon_threadsafe(_set_done, ended)
         except RuntimeError:  # the loop closed while this ran: nobody is waiting
             box.clear()
 
-    threading.Thread(target=run, name=f"coderl-{getattr(job[0][0], '__name__', 'work')}", daemon=True).start()
-    return await future
+    worker = threading.Thread(target=run, name=f"coderl-{getattr(job[0][0], '__name__', 'work')}", daemon=True)
+    worker.start()
+    try:
+        return await future
+    except asyncio.CancelledError:
+        stop.set()
+        await ended  # a second cancellation (Ctrl-C again) stops waiting
+        worker.join()  # only its last lines are left to run
+        raise
+
+
+def _set_done(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)

@@ -6,11 +6,12 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import threading
+import time
 from pathlib import Path
 
 import pytest
 
-from coderl.threads import in_own_thread
+from coderl.threads import cancel_point, in_own_thread
 
 WHO = contextvars.ContextVar("who", default="nobody")
 
@@ -124,3 +125,32 @@ def test_the_thread_lets_go_of_what_it_was_given_and_made_before_the_caller_goes
 
     made = asyncio.run(main())  # the loop's own hold on the result ends with it; the thread has none
     assert made() is None and seen == [True]
+
+
+def test_a_cancelled_caller_stops_the_work_at_its_next_cancel_point_and_waits_for_the_thread() -> None:
+    """Ctrl-C in the middle of an update cancels the run's task: the update stops between two
+    micro-batches and the thread has ended before the cancellation goes on (no thread left computing
+    while the interpreter shuts down)."""
+    steps: list[int] = []
+    threads: list[threading.Thread] = []
+
+    def update() -> None:
+        threads.append(threading.current_thread())
+        for i in range(200):
+            cancel_point()
+            steps.append(i)
+            time.sleep(0.01)
+
+    async def main() -> float:
+        task = asyncio.create_task(in_own_thread(update))
+        await asyncio.sleep(0.2)
+        task.cancel()
+        began = time.perf_counter()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert not threads[0].is_alive()  # waited for
+        return time.perf_counter() - began
+
+    waited = asyncio.run(main())
+    assert 5 <= len(steps) < 100 and waited < 1.0  # stopped at a cancel point, long before the end
+    cancel_point()  # outside such work: nothing to stop

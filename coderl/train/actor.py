@@ -38,6 +38,7 @@ from coderl.checkpoint import load_model, load_tokenizer, resolve_checkpoint, to
 from coderl.engine.decoder import unsupported_reason
 from coderl.engine.sampler import effective_temperature, token_logprobs
 from coderl.errors import ConfigError, ModelError
+from coderl.threads import cancel_point
 from coderl.train.config import ActorConfig
 from coderl.train.packing import (
     PackedDecoder,
@@ -464,6 +465,7 @@ class Actor:
         scored: dict[int, Scored] = {}
         with self._policy(reference) as (model, decoder):
             for group in self._share(self._groups(sequences, starts)):
+                cancel_point()
                 if not group:  # a rank with fewer micro-batches joins the others' collectives
                     self._forward(model, decoder, [DUMMY], [1], temperature, False)
                     continue
@@ -501,6 +503,7 @@ class Actor:
         hf.train()
         try:
             for group in self._share(groups):
+                cancel_point()
                 if not group:  # a rank with fewer micro-batches joins the others' collectives
                     lps, _, vals, _ = self._forward(
                         hf, self._decoder, [DUMMY], [1], temperature, False, self.value_head is not None
@@ -553,7 +556,11 @@ class Actor:
         self._require()
         assert self.optimizer is not None and self.scheduler is not None
         began = time.perf_counter()
-        metrics = self.compute_grads(sequences, starts, temperature, loss_fn, with_entropy, score_masks)
+        try:
+            metrics = self.compute_grads(sequences, starts, temperature, loss_fn, with_entropy, score_masks)
+        except BaseException:  # stopped part-way (an interrupted run): no half-batch gradient stays behind
+            self.optimizer.zero_grad(set_to_none=True)
+            raise
         params = [p for group in self.optimizer.param_groups for p in group["params"]]
         max_norm = self.cfg.grad_clip if self.cfg.grad_clip > 0 else math.inf
         if self.sharded:

@@ -373,7 +373,7 @@ class Trainer:
             entropy=0.0,
         )
         if trainable:
-            row.update(await self._update([r.trajectory for r in trainable], timer))
+            row.update(await self._update([r.trajectory for r in trainable], timer, progress, f"step {step} update"))
         else:
             row.update(
                 logprob_mismatch=0.0, grad_norm=0.0, update_skipped=1.0, advantage_abs_mean=0.0, trained_tokens=0,
@@ -604,8 +604,11 @@ class Trainer:
             ok.append(r)
         return ok, bad
 
-    async def _update(self, rollouts: list[Trajectory], timer: StageTimer) -> dict[str, Any]:
-        """reference -> values -> advantages -> update -> sync over the trainable rollouts."""
+    async def _update(
+        self, rollouts: list[Trajectory], timer: StageTimer, progress: Progress, label: str
+    ) -> dict[str, Any]:
+        """reference -> values -> advantages -> update -> sync over the trainable rollouts (a bar counts
+        the update's optimizer steps)."""
         cfg = self.cfg
         rows = sequences_of(rollouts)
         ref = values = None
@@ -623,6 +626,7 @@ class Trainer:
                 batch.old_logp = padded([s.logprobs for s in await self._score(rows)], batch.mask.shape[1])
         losses: list[BatchLoss] = []
         updates: list[dict[str, float]] = []
+        bar = progress.add_task(label, total=len(parts), info="")
         with timer("update"):
             for part in parts:
                 sub = batch.subset(part) if len(parts) > 1 else batch
@@ -633,6 +637,8 @@ class Trainer:
                     )
                 )
                 losses.append(loss)
+                progress.advance(bar)
+        progress.remove_task(bar)
         with timer("sync"):
             await self._sync(self.version + 1)
         mask = batch.mask
