@@ -11,9 +11,15 @@ import openai
 import pytest
 
 from coderl.chat import ChatFormat
+from coderl.config import EngineConfig, ModelConfig
+from coderl.engine.embedded import EmbeddedEngine
+from coderl.proxy.app import create_app
+from coderl.proxy.config import ProxyConfig
 from coderl.proxy.responses_items import chat_messages
 from coderl.proxy.responses_memory import ResponseMemory, StoredResponse
 from tests.proxy_fakes import new_session, proxy_client, record, scripted, sdk_http_client
+from tests.servers import serve
+from tests.test_proxy_e2e import ADMIN, admin, check_record_against_reference
 
 PARAMS = {"type": "object", "properties": {"cmd": {"type": "string"}}}
 CHAT_TOOLS = [
@@ -606,13 +612,6 @@ async def test_the_openai_sdk_creates_and_streams_responses(chat: ChatFormat, tm
 def test_responses_against_the_real_engine(tokenizer: Any, hf_model: Any, tmp_path: Path) -> None:
     """The real model through the SDK on loopback: streamed text is the record's text, the record's
     logprobs match an independent forward pass, and previous_response_id continues the trajectory."""
-    from coderl.config import EngineConfig, ModelConfig
-    from coderl.engine.embedded import EmbeddedEngine
-    from coderl.proxy.app import create_app
-    from coderl.proxy.config import ProxyConfig
-    from tests.servers import serve
-    from tests.test_proxy_e2e import ADMIN, admin, check_record_against_reference
-
     engine = EmbeddedEngine(EngineConfig(max_batch_size=2, prefill_chunk=256), ModelConfig())
     chat = ChatFormat(tokenizer)
     app = create_app(ProxyConfig(db=tmp_path / "p.db", admin_token=ADMIN), engine, chat, model_name="smol")
@@ -620,12 +619,21 @@ def test_responses_against_the_real_engine(tokenizer: Any, hf_model: Any, tmp_pa
         s = admin(base, "POST", "/sessions")
         sdk = openai.OpenAI(base_url=s["openai_base_url"], api_key=s["secret"], max_retries=0)
         kwargs: dict[str, Any] = {"model": "smol", "max_output_tokens": 24, "temperature": 0}
-        with sdk.responses.stream(input="Tell me about the sea.", instructions="Be brief.", **kwargs) as st:
-            text = "".join(e.delta for e in st if e.type == "response.output_text.delta")
-            first = st.get_final_response()
-        second = sdk.responses.create(input="And the sky?", previous_response_id=first.id, **kwargs)
+        got = list(
+            sdk.responses.create(
+                input="Tell me about the sea.", instructions="Be brief.", stream=True, **kwargs
+            )
+        )
+        text = "".join(e.delta for e in got if e.type == "response.output_text.delta")
+        first = got[-1].response  # type: ignore[union-attr]  # completed, or incomplete at 24 tokens
+        second = sdk.responses.create(
+            input="And the sky?", previous_response_id=first.id, instructions="Be brief.", **kwargs
+        )
         rec = admin(base, "GET", f"/sessions/{s['id']}")
         c1, c2 = rec["calls"]
+        assert got[-1].type == (
+            "response.incomplete" if c1["finish_reason"] == "length" else "response.completed"
+        )
         assert text == first.output_text == tokenizer.decode(c1["completion_ids"], skip_special_tokens=True)
         assert second.output_text == tokenizer.decode(c2["completion_ids"], skip_special_tokens=True)
         assert c2["base_call_id"] == c1["id"] and rec["stats"]["trajectories"] == 1
