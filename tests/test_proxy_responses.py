@@ -17,6 +17,7 @@ from coderl.proxy.app import create_app
 from coderl.proxy.config import ProxyConfig
 from coderl.proxy.responses_items import chat_messages
 from coderl.proxy.responses_memory import ResponseMemory, StoredResponse
+from coderl.proxy.responses_stream import ResponseStream
 from tests.proxy_fakes import new_session, proxy_client, record, scripted, sdk_http_client
 from tests.servers import serve
 from tests.test_proxy_e2e import ADMIN, admin, check_record_against_reference
@@ -506,6 +507,27 @@ async def test_retries_are_answered_from_the_record(chat: ChatFormat, tmp_path: 
         assert replayed[-1]["response"] == live[-1]["response"] and len(engine.calls) == 2
         assert [e["sequence_number"] for e in replayed] == list(range(len(replayed)))
         assert replayed[0]["response"]["id"] == live[0]["response"]["id"]
+
+
+async def test_engine_failures_keep_the_openai_error_shape(chat: ChatFormat, tmp_path: Path) -> None:
+    engine = scripted(chat.tokenizer)
+    engine.dead = True
+    async with proxy_client(chat, engine, tmp_path / "p.db") as (client, _):
+        s = await new_session(client)
+        for stream in (False, True):
+            r = await client.post(url(s), json={"input": "x", "stream": stream}, headers=auth(s))
+            assert r.status_code == 503 and "Retry-After" in r.headers
+            assert r.json()["error"]["code"] == "engine_unavailable"
+    # Once the headers are out, an error comes as an ``error`` event in the stream.
+    shape = ResponseStream({"id": "resp_1"}, lambda row: {})
+    (event,) = events(shape.error(503, "the engine is unavailable").decode())
+    assert event == {
+        "type": "error",
+        "code": "engine_unavailable",
+        "message": "the engine is unavailable",
+        "param": None,
+        "sequence_number": 0,
+    }
 
 
 async def test_logprobs_when_included(chat: ChatFormat, tmp_path: Path) -> None:
