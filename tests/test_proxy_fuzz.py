@@ -32,10 +32,31 @@ VALID = {
     "completions": {"prompt": "hi", "max_tokens": 4},
     "messages": {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4},
     "messages/count_tokens": {"messages": [{"role": "user", "content": "hi"}]},
+    "responses": {"input": "hi", "max_output_tokens": 4},
 }
 MESSAGE = st.fixed_dictionaries(
     {"role": st.sampled_from(["user", "assistant", "system", "tool", "bogus"]), "content": JSON},
     optional={"tool_calls": JSON, "tool_call_id": JSON, "name": JSON},
+)
+ITEM = st.fixed_dictionaries(
+    {
+        "type": st.sampled_from(
+            ["message", "function_call", "function_call_output", "reasoning", "item_reference", "bogus"]
+        )
+    },
+    optional={
+        "role": st.sampled_from(["user", "assistant", "developer", "tool"]) | JSON,
+        "content": JSON
+        | st.lists(
+            st.fixed_dictionaries(
+                {"type": st.sampled_from(["input_text", "output_text", "input_image"]), "text": JSON}
+            )
+        ),
+        "call_id": JSON,
+        "name": JSON,
+        "arguments": JSON | st.sampled_from(["{}", '{"a": 1}', "[1]"]),
+        "output": JSON,
+    },
 )
 
 
@@ -52,11 +73,20 @@ def bodies(valid: dict[str, Any]) -> st.SearchStrategy[Any]:
         "system",
         "seed",
         "logprobs",
+        "input",
+        "instructions",
+        "previous_response_id",
+        "include",
+        "text",
+        "metadata",
+        "store",
+        "top_logprobs",
     ]
     mutated = st.builds(lambda k, v: {**valid, k: v}, st.sampled_from(keys), JSON)
     removed = st.sampled_from(list(valid)).map(lambda k: {x: y for x, y in valid.items() if x != k})
     messages = st.lists(MESSAGE, max_size=4).map(lambda m: {**valid, "messages": m})
-    return JSON | mutated | removed | messages
+    items = st.lists(ITEM, max_size=4).map(lambda i: {**valid, "input": i})
+    return JSON | mutated | removed | messages | items
 
 
 @pytest.fixture(scope="module")
@@ -110,5 +140,27 @@ def test_no_5xx_for_any_body_on_any_endpoint(chat: ChatFormat, tmp_path: Path) -
                 # the fuzzer closed our session: start a fresh one so later probes still reach the engine
                 fresh = client.post("/sessions", headers=admin).json()
                 state.update(sid=fresh["id"], secret=fresh["secret"])
+
+        probe()
+
+
+def test_bad_responses_bodies_get_a_400_naming_a_field_they_hold(chat: ChatFormat, tmp_path: Path) -> None:
+    cfg = ProxyConfig(db=tmp_path / "fuzz.db", admin_token=ADMIN)
+    app = create_app(cfg, scripted(chat.tokenizer), chat, model_name="m")
+    with TestClient(app) as client:
+        session = client.post("/sessions", headers={"Authorization": f"Bearer {ADMIN}"}).json()
+        path = f"/s/{session['id']}/v1/responses"
+        agent = {"Authorization": f"Bearer {session['secret']}"}
+
+        @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+        @given(body=bodies(VALID["responses"]).filter(lambda b: isinstance(b, dict)))
+        def probe(body: dict[str, Any]) -> None:
+            r = client.post(path, json=body, headers=agent)
+            assert r.status_code < 500, (body, r.status_code, r.text)
+            if r.status_code >= 400:
+                assert r.status_code == 400, (body, r.text)
+                err = r.json()["error"]
+                field = re.split(r"[.\[]", err["param"] or "")[0]
+                assert field and (field in body or field == "input"), (body, err)
 
         probe()

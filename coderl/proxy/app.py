@@ -9,6 +9,7 @@ Routes:
   WS     /ws/worker                         relay mode: inference workers connect here (worker token)
   GET    /workers, POST /workers/update_weights    relay mode, admin: workers, counters, weight sync
   /s/{id}/v1/chat/completions | completions | models      OpenAI (session secret)
+  /s/{id}/v1/responses                                    OpenAI Responses (session secret)
   /s/{id}/v1/messages                                     Anthropic (session secret)
 """
 
@@ -38,6 +39,7 @@ from coderl.proxy.openai_api import openai_router
 from coderl.proxy.openapi import document
 from coderl.proxy.relay import RelayEngine
 from coderl.proxy.relay_api import relay_router
+from coderl.proxy.responses_api import responses_router
 from coderl.proxy.service import ProxyService
 from coderl.proxy.sessions_api import sessions_router
 from coderl.proxy.store import Store
@@ -128,6 +130,7 @@ def create_app(
     _error_handlers(app)
     app.include_router(sessions_router(service, admin_token))
     app.include_router(openai_router(service))
+    app.include_router(responses_router(service))
     app.include_router(anthropic_router(service))
     if isinstance(engine, RelayEngine):
         app.include_router(relay_router(engine, engine.worker_token, admin_token))
@@ -167,7 +170,8 @@ async def _expire_loop(service: ProxyService) -> None:
 def _error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
-        return error_response(dialect_of(request.url.path), exc.status, exc.message, exc.param, exc.headers)
+        path = request.url.path
+        return error_response(dialect_of(path), exc.status, exc.message, exc.param, exc.headers, exc.code)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:

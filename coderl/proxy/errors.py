@@ -39,13 +39,21 @@ class ApiError(ProxyError):
     """An error answered to the client with ``status`` in its API's format."""
 
     def __init__(
-        self, status: int, message: str, param: str | None = None, headers: dict[str, str] | None = None
+        self,
+        status: int,
+        message: str,
+        param: str | None = None,
+        headers: dict[str, str] | None = None,
+        code: str | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.param = param
         self.headers = headers or {}
+        self.code = code
+        """OpenAI's machine-readable ``code`` where the API names one (``previous_response_not_found``);
+        None = the status's usual code."""
 
 
 def dialect_of(path: str) -> Dialect:
@@ -53,11 +61,13 @@ def dialect_of(path: str) -> Dialect:
     return "anthropic" if _ANTHROPIC_PATH.match(path) else "openai"
 
 
-def error_body(dialect: Dialect, status: int, message: str, param: str | None = None) -> dict[str, Any]:
+def error_body(
+    dialect: Dialect, status: int, message: str, param: str | None = None, code: str | None = None
+) -> dict[str, Any]:
     kind = _KINDS.get(status) or (_KINDS[500] if status >= 500 else _KINDS[400])
     if dialect == "anthropic":
         return {"type": "error", "error": {"type": kind[2], "message": message}}
-    return {"error": {"message": message, "type": kind[0], "param": param, "code": kind[1]}}
+    return {"error": {"message": message, "type": kind[0], "param": param, "code": code or kind[1]}}
 
 
 def error_response(
@@ -66,8 +76,9 @@ def error_response(
     message: str,
     param: str | None = None,
     headers: dict[str, str] | None = None,
+    code: str | None = None,
 ) -> JSONResponse:
-    return JSONResponse(error_body(dialect, status, message, param), status, headers=headers)
+    return JSONResponse(error_body(dialect, status, message, param, code), status, headers=headers)
 
 
 def validation_message(errors: list[Any]) -> tuple[str, str | None]:

@@ -41,7 +41,7 @@ class CallRequest:
     """One model call, dialect-neutral."""
 
     api: str
-    """chat | completions | messages"""
+    """chat | completions | messages | responses"""
     params: SamplingParams
     body: str
     """The request body as received."""

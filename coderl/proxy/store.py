@@ -73,7 +73,7 @@ class CallRow:
 
     session_id: str
     api: str
-    """chat | completions | messages"""
+    """chat | completions | messages | responses"""
     request_key: str
     """Idempotency key: 'idem:<Idempotency-Key header>' or 'body:<sha256 of api + body>'."""
     request_body: str

@@ -1,6 +1,7 @@
-"""``tool_choice`` of both dialects, honoured in token space.
+"""``tool_choice`` of every dialect, honoured in token space.
 
-OpenAI's ``"auto"`` / ``"none"`` / ``"required"`` / ``{"type": "function", "function": {"name"}}`` and
+OpenAI's ``"auto"`` / ``"none"`` / ``"required"`` / ``{"type": "function", "function": {"name"}}``, the
+Responses API's flat ``{"type": "function", "name"}`` and
 Anthropic's ``{"type": "auto" | "none" | "any" | "tool", "name"}`` map to one :class:`ToolChoice`. A
 forced choice ("required"/"any": some tool; a named tool: that one) is honoured the way a bash-only
 agent's response prefix is: the opening of a tool call is appended to the prompt
@@ -59,6 +60,29 @@ def openai_tool_choice(value: str | dict[str, Any] | None, tools: list[dict[str,
         400,
         f"tool_choice {value!r} is not supported; use 'auto', 'none', 'required' or "
         '{"type": "function", "function": {"name": "<tool>"}}',
+        param="tool_choice",
+    )
+
+
+def responses_tool_choice(
+    value: str | dict[str, Any] | None, tools: list[dict[str, Any]] | None
+) -> ToolChoice:
+    """The Responses API's ``tool_choice``: "auto" (default), "none", "required", or
+    ``{"type": "function", "name": ...}``; ``tools`` in the chat form (:mod:`coderl.proxy.responses_items`)."""
+    if value is None or value == "auto":
+        return ToolChoice("auto")
+    if value == "none":
+        return ToolChoice("none")
+    if value == "required":
+        return _checked(ToolChoice("any"), tools)
+    if isinstance(value, dict) and value.get("type") == "function":
+        name = value.get("name")
+        if isinstance(name, str) and name:
+            return _checked(ToolChoice("tool", name), tools)
+    raise ApiError(
+        400,
+        f"tool_choice {value!r} is not supported; use 'auto', 'none', 'required' or "
+        '{"type": "function", "name": "<tool>"} (built-in tools and allowed_tools are not served)',
         param="tool_choice",
     )
 
