@@ -9,10 +9,12 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from coderl.sandbox.hostsetup import unmount
 from coderl.train import checkpoints
 
 pytestmark = pytest.mark.slow
@@ -29,6 +31,16 @@ RUN = [
 
 def _mounts(under: Path) -> list[str]:
     return [line for line in Path("/proc/mounts").read_text().splitlines() if str(under) in line]
+
+
+@pytest.fixture
+def boxes(tmp_path: Path) -> Iterator[Path]:
+    """A sandbox state folder of the test's own; its host view (a bind mount kept for later runs by
+    design) is unmounted afterwards, so the folder can be removed."""
+    folder = tmp_path / "sandboxes"
+    yield folder
+    for line in _mounts(folder):
+        unmount(Path(line.split()[1]))
 
 
 def _interrupt(args: list[str], env: dict[str, str], log: Path, stage: str) -> tuple[int, float]:
@@ -50,9 +62,8 @@ def _interrupt(args: list[str], env: dict[str, str], log: Path, stage: str) -> t
 
 
 @pytest.mark.parametrize("stage", [r"step 1 rollout: ", r"step 2 update: "])
-def test_ctrl_c_stops_the_run_in_seconds_and_resume_goes_on(tmp_path: Path, stage: str) -> None:
+def test_ctrl_c_stops_the_run_in_seconds_and_resume_goes_on(tmp_path: Path, boxes: Path, stage: str) -> None:
     run = tmp_path / "run"
-    boxes = tmp_path / "sandboxes"
     env = {**os.environ, "CODERL_PROGRESS_EVERY": "0.2", "CODERL_SANDBOX_DIR": str(boxes), "PYTHONUNBUFFERED": "1"}
     code, took = _interrupt([*RUN, f"run.dir={run}"], env, tmp_path / "first.log", stage)
     log = (tmp_path / "first.log").read_text()
