@@ -98,6 +98,16 @@ async def test_malformed_calls_get_corrective_messages(task: Task, tokenizer: An
     assert traj.exit_status == "submitted" and traj.metrics["format_errors"] == 3
     assert "is not valid JSON" in text and "No tool call found" in text and "no tool 'nonexistent'" in text
     assert "occurs" in text and "exactly once" in text
+
+
+async def test_a_call_missing_a_required_argument_is_a_format_error(task: Task, tokenizer: Any) -> None:
+    """A call its tool cannot run (a required argument left out) is told what it needs and counts as a
+    format error, so algo.format_reward pays nothing for it: a policy trained with the bonus once
+    learned to write replace_function with a path only and submit, at full format bonus."""
+    engine = ScriptedChatEngine(tokenizer, [call("str_replace", path="calc.py"), call("submit")])
+    traj = await get_loop("swe").run(task, ctx_for(engine, tokenizer))
+    assert traj.exit_status == "submitted" and traj.metrics["format_errors"] == 1
+    assert "Error: str_replace needs" in tokenizer.decode(traj.response_ids)
     assert_token_exact(traj, engine)
 
 
@@ -238,7 +248,8 @@ async def test_symbol_tools_show_and_replace_whole_functions(task: Task, tokeniz
     ctx.chat = ChatFormat(tokenizer, "xml")
     traj = await get_loop("swe").run(task, ctx)
     text = tokenizer.decode(traj.response_ids)
-    assert traj.exit_status == "submitted" and traj.metrics["format_errors"] == 0, traj.error
+    # one call its tool cannot run (end="z" is not a whole number); the tools' own refusals are not format errors
+    assert traj.exit_status == "submitted" and traj.metrics["format_errors"] == 1, traj.error
     assert "calc.py, lines 1-2:\ndef add(a, b):\n    return a - b\n" in text  # file, lines, raw source
     assert "No function named 'nope'" in text
     assert "would not parse" in text and "the file is unchanged" in text

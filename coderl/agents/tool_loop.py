@@ -144,6 +144,8 @@ class ToolLoop(AgentLoop):
                     b.format_errors += 1
                     output = f"Error: there is no tool {call.name!r}. Tools: {', '.join(tools)}."
                 else:
+                    if tool.argument_error(call.arguments) is not None:
+                        b.format_errors += 1  # a call its tool cannot run earns no format bonus
                     output = await tool.call(call.arguments)
                     submitted = tool.ends_episode
                 tool_time += time.perf_counter() - t0

@@ -25,8 +25,9 @@ class Tool:
             "function": {"name": self.name, "description": self.description, "parameters": self.parameters},
         }
 
-    async def call(self, arguments: dict[str, Any]) -> str:
-        """Run the tool; bad arguments come back as an error text the model can act on."""
+    def argument_error(self, arguments: dict[str, Any]) -> str | None:
+        """What is wrong with ``arguments`` for this tool (missing required ones, unknown ones, an
+        integer that is not one), as the error text the model reads; None when it can run."""
         props = self.parameters.get("properties", {})
         missing = [p for p in self.parameters.get("required", []) if p not in arguments]
         unknown = [a for a in arguments if a not in props]
@@ -38,14 +39,19 @@ class Tool:
                 + (f"has no parameter {', '.join(unknown)}" if unknown else "")
                 + f". Parameters: {', '.join(props) or 'none'}."
             )
-        arguments, bad = self._coerced(arguments, props)
-        if bad:
-            return f"Error: {self.name} needs {bad}."
+        _, bad = self._coerced(arguments, props)
+        return f"Error: {self.name} needs {bad}." if bad else None
+
+    async def call(self, arguments: dict[str, Any]) -> str:
+        """Run the tool; bad arguments come back as an error text the model can act on."""
+        error = self.argument_error(arguments)
+        if error is not None:
+            return error
+        arguments, _ = self._coerced(arguments, self.parameters.get("properties", {}))
         result = self.fn(**arguments)
         if inspect.isawaitable(result):
             result = await result
         return str(result)
-
 
     def _coerced(self, arguments: dict[str, Any], props: dict[str, Any]) -> tuple[dict[str, Any], str]:
         """Integer arguments written as text (formats whose values are raw text) as ints; what is
