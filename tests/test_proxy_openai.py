@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,7 @@ import openai
 import pytest
 
 from coderl.chat import ChatFormat
+from coderl.proxy.live import LiveText
 from tests.proxy_fakes import new_session, proxy_client, record, scripted, sdk_http_client
 
 TOOLS = [
@@ -289,6 +291,8 @@ async def test_an_agent_that_drops_a_malformed_reply_gets_the_split_named(
 
 STREAM_CASES = [
     ("Once upon a time there was a dragon.", {"stop": [" th"]}),  # the stop begins inside a token
+    ("Once upon a time, far away. The end.", {"stop": ["."]}),  # a one-character stop string
+    ("The sea is blue", {"stop": [" "]}),  # ... that is the start of the second token
     ('Sure, let me look.\n<tool_call>\n{"name": "bash", "arguments": {"cmd": "ls"}}\n</tool_call>', {}),
     ('  I will call it.\n<tool_call>\n{"name": "bash", "argu', {}),  # malformed: plain content
     ("Use {braces} and <tags> freely.  ", {}),
@@ -320,6 +324,58 @@ async def test_streamed_content_is_exactly_the_content_of_the_answer(
             tc["function"]["name"] for tc in plain["choices"][0]["message"].get("tool_calls", [])
         ]
         assert len(live) > 1 or len("".join(live)) < 12  # it came in pieces, as sampled
+
+
+def stream_text(text: str) -> str:
+    """The content deltas of an OpenAI stream (chat or completions), joined."""
+    chunks = [json.loads(line[6:]) for line in text.splitlines() if line.startswith("data: {")]
+    pieces = [c["choices"][0] for c in chunks if c["choices"]]
+    return "".join(p["delta"].get("content") or "" if "delta" in p else p["text"] for p in pieces)
+
+
+@pytest.mark.parametrize(("reply", "stop"), [("Once upon a time, far away.", "."), ("The sea is blue", " ")])
+@pytest.mark.parametrize("api", ["/chat/completions", "/completions"])
+async def test_a_stream_never_sends_the_stop_string(
+    chat: ChatFormat, tmp_path: Path, caplog: pytest.LogCaptureFixture, api: str, reply: str, stop: str
+) -> None:
+    engine = scripted(chat.tokenizer, [reply, reply])
+    async with proxy_client(chat, engine, tmp_path / "p.db") as (client, _):
+        s = await new_session(client)
+        asks = (
+            [{"messages": [{"role": "user", "content": x}]} for x in "xy"]
+            if api == "/chat/completions"
+            else [{"prompt": x} for x in "xy"]
+        )
+        plain = (await client.post(url(s, api), json={**asks[0], "stop": stop}, headers=auth(s))).json()
+        plain_text = plain["choices"][0].get("text", plain["choices"][0].get("message", {}).get("content"))
+        with caplog.at_level(logging.WARNING, logger="coderl"):
+            stream = await client.post(url(s, api), json={**asks[1], "stop": stop, "stream": True}, headers=auth(s))
+        assert plain_text == reply[: reply.index(stop)]  # ends at the whole token before the stop
+        assert stream_text(stream.text) == plain_text  # not "...way." or "The sea"
+        streamed_call = (await record(client, s["id"]))["calls"][1]
+        assert chat.decode(streamed_call["completion_ids"]) == plain_text
+        assert not caplog.records, [r.getMessage() for r in caplog.records]
+
+
+TOKENS = ["hel", "lo", " wor", "ld", "!"]
+
+
+def toy_decode(ids: list[int]) -> str:
+    return "".join(TOKENS[i] for i in ids)
+
+
+@pytest.mark.parametrize(
+    ("stops", "sent"),
+    [
+        (["lo w"], ["", "hel", "", "", ""]),  # "l" could begin it: held; at "hello" only "lo" could; then cut
+        (["xyz"], ["hel", "lo", " wor", "ld", "!"]),  # nothing could begin a stop: every token at once
+        (["ld!"], ["", "hello", " wor", "", ""]),  # "l" (then "ld") is held while "ld!" may follow; cut
+        (["d"], ["hel", "lo", " wor", "", ""]),  # a one-character stop: the token holding it is never sent
+    ],
+)
+def test_live_text_sends_only_whole_tokens_before_any_possible_stop(stops: list[str], sent: list[str]) -> None:
+    text = LiveText(toy_decode, stops, "", parse_tools=False, tool_format="hermes")
+    assert [text.feed([i]) for i in range(len(TOKENS))] == sent
 
 
 async def test_completions_api_reuses_sampled_ids_for_its_own_text(chat: ChatFormat, tmp_path: Path) -> None:
