@@ -126,6 +126,52 @@ async def test_a_stream_never_sends_the_stop_sequence(
         assert not caplog.records, [r.getMessage() for r in caplog.records]
 
 
+XML_CALL_REST = [  # what the model writes after the forced opening of a call, in Qwen3-Coder's format
+    "<parameter=cmd>\nls\n</parameter>\n</function>\n</tool_call>",  # after <tool_call>\n<function=bash>\n
+    "python>\n<parameter=code>\nprint(1)\n</parameter>\n</function>\n</tool_call>",  # after <function=
+]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_forced_tool_choice_in_the_xml_tool_format(
+    tokenizer: Any, tmp_path: Path, stream: bool
+) -> None:
+    chat = ChatFormat(tokenizer, "xml")  # the packaged training recipe's model.tool_format
+    engine = scripted(tokenizer, XML_CALL_REST)
+    tools = [*TOOLS, {"name": "python", "input_schema": {"type": "object"}}]
+    async with proxy_client(chat, engine, tmp_path / "p.db") as (client, app):
+        s = await new_session(client)
+        sdk = anthropic.AsyncAnthropic(
+            base_url=s["anthropic_base_url"], api_key=s["secret"], http_client=sdk_http_client(app)
+        )
+        replies = []
+        for choice in ({"type": "tool", "name": "bash"}, {"type": "any"}):
+            ask: dict[str, Any] = {
+                "model": "m",
+                "max_tokens": 64,
+                "messages": [{"role": "user", "content": "x"}],
+                "tools": tools,
+                "tool_choice": choice,
+            }
+            if stream:
+                async with sdk.messages.stream(**ask) as events:
+                    assert not [t async for t in events.text_stream]
+                    replies.append(await events.get_final_message())
+            else:
+                replies.append(await sdk.messages.create(**ask))
+        blocks = [
+            [(b.type, getattr(b, "name", None), getattr(b, "input", None)) for b in r.content]
+            for r in replies
+        ]
+        assert blocks == [
+            [("tool_use", "bash", {"cmd": "ls"})],
+            [("tool_use", "python", {"code": "print(1)"})],
+        ]
+        assert [r.stop_reason for r in replies] == ["tool_use", "tool_use"]
+        opening = chat.encode("<tool_call>\n<function=bash>\n")
+        assert engine.prompts[0][-len(opening) :] == opening  # the forced opening is prompt, in xml
+
+
 async def test_count_tokens_and_errors(chat: ChatFormat, tmp_path: Path) -> None:
     async with proxy_client(chat, scripted(chat.tokenizer), tmp_path / "p.db") as (client, app):
         s = await new_session(client)
