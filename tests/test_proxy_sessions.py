@@ -54,6 +54,45 @@ async def test_new_sessions_take_json_under_any_content_type(chat: ChatFormat, t
         assert "NewSession" in str(schema["paths"]["/sessions"]["post"]["requestBody"])
 
 
+SESSION_ENDPOINTS = [
+    "POST /s/{sid}/v1/chat/completions",
+    "POST /s/{sid}/v1/completions",
+    "GET /s/{sid}/v1/models",
+    "GET /s/{sid}/v1/models/{{model_id}}",
+    "POST /s/{sid}/v1/messages",
+    "POST /s/{sid}/v1/messages/count_tokens",
+]
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("POST", "/v1/responses"),
+        ("POST", "/v1/foo"),
+        ("GET", "/v1/chat/completion"),
+        ("POST", "/chat/completions"),
+    ],
+)
+async def test_an_unknown_path_in_a_session_names_it_and_the_endpoints_served(
+    chat: ChatFormat, tmp_path: Path, method: str, path: str
+) -> None:
+    async with proxy_client(chat, scripted(chat.tokenizer), tmp_path / "p.db") as (client, _):
+        s = await new_session(client)
+        asked = f"/s/{s['id']}{path}"
+        r = await client.request(method, asked, json=MSG, headers={"Authorization": f"Bearer {s['secret']}"})
+        err = openai_error(r, 404)
+        assert f"{method} {asked}" in err["message"], err
+        for endpoint in SESSION_ENDPOINTS:
+            assert endpoint.format(sid=s["id"]) in err["message"], (endpoint, err["message"])
+        r = await client.post(
+            f"/s/{s['id']}/v1/messages/batches", json=MSG, headers={"x-api-key": s["secret"]}
+        )
+        anthropic_error(r, 404, "not_found_error")
+        assert f"/s/{s['id']}/v1/messages/batches" in r.json()["error"]["message"]
+        err = openai_error(await client.get(f"/s/{s['id']}/v1/chat/completions"), 405)
+        assert err["message"] == f"GET is not allowed on /s/{s['id']}/v1/chat/completions; it takes POST"
+
+
 async def test_rough_edges_are_honoured_or_refused_clearly(chat: ChatFormat, tmp_path: Path) -> None:
     async with proxy_client(chat, scripted(chat.tokenizer), tmp_path / "p.db") as (client, _):
         s = await new_session(client, task_id="t1")
