@@ -316,3 +316,64 @@ def test_a_client_that_disconnects_cancels_its_generation(chat: ChatFormat, tmp_
         assert rec["calls"] == []  # nobody received an answer: nothing recorded
         retry = httpx.post(path, json=MSG, headers=h, timeout=30)  # a retry starts afresh
         assert retry.status_code == 200 and retry.headers["x-coderl-replayed"] == "false"
+
+
+def test_stopping_the_server_ends_its_calls_in_flight_with_a_503(chat: ChatFormat, tmp_path: Path) -> None:
+    import threading
+
+    import httpx
+
+    from coderl.proxy.app import create_app
+    from coderl.proxy.config import ProxyConfig
+    from coderl.proxy.server import ProxyServer
+    from coderl.proxy.store import Store
+    from tests.servers import serve
+
+    engine = scripted(chat.tokenizer, latency_s=120.0)  # no answer before the server stops
+    app = create_app(ProxyConfig(db=tmp_path / "p.db", admin_token=ADMIN), engine, chat, model_name="m")
+    answers: dict[str, httpx.Response] = {}
+
+    def ask(name: str, url: str, body: dict[str, Any], secret: str) -> None:
+        answers[name] = httpx.post(url, json=body, headers={"x-api-key": secret}, timeout=180)
+
+    with serve(app, make_server=lambda config: ProxyServer(config, app.state.service)) as base:
+        s = httpx.post(f"{base}/sessions", headers=ADMIN_H, timeout=30).json()
+        callers = [
+            threading.Thread(
+                target=ask, args=("chat", f"{s['openai_base_url']}/chat/completions", MSG, s["secret"])
+            ),
+            threading.Thread(
+                target=ask,
+                args=(
+                    "messages",
+                    f"{s['anthropic_base_url']}/v1/messages",
+                    {**MSG, "stream": True},
+                    s["secret"],
+                ),
+            ),
+        ]
+        for caller in callers:
+            caller.start()
+        deadline = time.monotonic() + 30
+        while engine.running < 2:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    # leaving the block stopped the server: its calls were ended, not waited for
+    for caller in callers:
+        caller.join(timeout=30)
+    openai_error(answers["chat"], 503)
+    anthropic_error(answers["messages"], 503, "overloaded_error")
+    for answer in answers.values():
+        assert answer.headers["retry-after"] and "shutting down" in answer.text
+    assert engine.running == 0
+    assert Store(tmp_path / "p.db").open().calls(s["id"]) == []  # nobody got an answer: nothing recorded
+
+
+async def test_a_stopping_proxy_refuses_new_calls(chat: ChatFormat, tmp_path: Path) -> None:
+    async with proxy_client(chat, scripted(chat.tokenizer), tmp_path / "p.db") as (client, app):
+        s = await new_session(client)
+        assert app.state.service.stop_calls() == 0
+        r = await client.post(
+            f"/s/{s['id']}/v1/chat/completions", json=MSG, headers={"x-api-key": s["secret"]}
+        )
+        assert "shutting down" in openai_error(r, 503)["message"] and r.headers["retry-after"]

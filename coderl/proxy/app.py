@@ -178,7 +178,7 @@ def agent_endpoints(routers: list[APIRouter]) -> list[str]:
         for router in routers
         for route in router.routes
         if isinstance(route, APIRoute)
-        for method in sorted(route.methods)
+        for method in sorted(route.methods or ())
     ]
 
 
