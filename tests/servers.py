@@ -7,7 +7,7 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
@@ -21,9 +21,14 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def serve(app: Any, timeout_s: float = 120.0, port: int | None = None) -> Iterator[str]:
+def serve(
+    app: Any,
+    timeout_s: float = 120.0,
+    port: int | None = None,
+    make_server: Callable[[uvicorn.Config], uvicorn.Server] = uvicorn.Server,
+) -> Iterator[str]:
     port = port or free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    server = make_server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + timeout_s

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +100,76 @@ async def test_tool_use_round_trip_streams_and_merges(chat: ChatFormat, tmp_path
         assert c2["base_call_id"] == c1["id"] and c3["base_call_id"] == c2["id"]
         assert chat.decode(c3["completion_ids"]) == "Bye"  # the record is exactly the text returned
         assert rec["stats"]["trajectories"] == 1 and rec["stats"]["calls"] == 3
+
+
+@pytest.mark.parametrize(("reply", "stop"), [("Once upon a time, far away.", "."), ("The sea is blue", " ")])
+async def test_a_stream_never_sends_the_stop_sequence(
+    chat: ChatFormat, tmp_path: Path, caplog: pytest.LogCaptureFixture, reply: str, stop: str
+) -> None:
+    engine = scripted(chat.tokenizer, [reply, reply])
+    async with proxy_client(chat, engine, tmp_path / "p.db") as (client, app):
+        s = await new_session(client)
+        sdk = anthropic.AsyncAnthropic(
+            base_url=s["anthropic_base_url"], api_key=s["secret"], http_client=sdk_http_client(app)
+        )
+        ask: dict[str, Any] = {"model": "m", "max_tokens": 64, "stop_sequences": [stop]}
+        plain = await sdk.messages.create(messages=[{"role": "user", "content": "x"}], **ask)
+        with caplog.at_level(logging.WARNING, logger="coderl"):
+            async with sdk.messages.stream(messages=[{"role": "user", "content": "y"}], **ask) as stream:
+                texts = [t async for t in stream.text_stream]
+                final = await stream.get_final_message()
+        expected = reply[: reply.index(stop)]
+        assert plain.content[0].text == expected  # type: ignore[union-attr]
+        assert "".join(texts) == expected  # not "...way." or "The sea"
+        assert final.stop_reason == "stop_sequence" and final.stop_sequence == stop
+        assert chat.decode((await record(client, s["id"]))["calls"][1]["completion_ids"]) == expected
+        assert not caplog.records, [r.getMessage() for r in caplog.records]
+
+
+XML_CALL_REST = [  # what the model writes after the forced opening of a call, in Qwen3-Coder's format
+    "<parameter=cmd>\nls\n</parameter>\n</function>\n</tool_call>",  # after <tool_call>\n<function=bash>\n
+    "python>\n<parameter=code>\nprint(1)\n</parameter>\n</function>\n</tool_call>",  # after <function=
+]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_forced_tool_choice_in_the_xml_tool_format(
+    tokenizer: Any, tmp_path: Path, stream: bool
+) -> None:
+    chat = ChatFormat(tokenizer, "xml")  # the packaged training recipe's model.tool_format
+    engine = scripted(tokenizer, XML_CALL_REST)
+    tools = [*TOOLS, {"name": "python", "input_schema": {"type": "object"}}]
+    async with proxy_client(chat, engine, tmp_path / "p.db") as (client, app):
+        s = await new_session(client)
+        sdk = anthropic.AsyncAnthropic(
+            base_url=s["anthropic_base_url"], api_key=s["secret"], http_client=sdk_http_client(app)
+        )
+        replies = []
+        for choice in ({"type": "tool", "name": "bash"}, {"type": "any"}):
+            ask: dict[str, Any] = {
+                "model": "m",
+                "max_tokens": 64,
+                "messages": [{"role": "user", "content": "x"}],
+                "tools": tools,
+                "tool_choice": choice,
+            }
+            if stream:
+                async with sdk.messages.stream(**ask) as events:
+                    assert not [t async for t in events.text_stream]
+                    replies.append(await events.get_final_message())
+            else:
+                replies.append(await sdk.messages.create(**ask))
+        blocks = [
+            [(b.type, getattr(b, "name", None), getattr(b, "input", None)) for b in r.content]
+            for r in replies
+        ]
+        assert blocks == [
+            [("tool_use", "bash", {"cmd": "ls"})],
+            [("tool_use", "python", {"code": "print(1)"})],
+        ]
+        assert [r.stop_reason for r in replies] == ["tool_use", "tool_use"]
+        opening = chat.encode("<tool_call>\n<function=bash>\n")
+        assert engine.prompts[0][-len(opening) :] == opening  # the forced opening is prompt, in xml
 
 
 async def test_count_tokens_and_errors(chat: ChatFormat, tmp_path: Path) -> None:

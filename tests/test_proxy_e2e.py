@@ -238,7 +238,9 @@ def readme_proxy_commands() -> list[str]:
 def run_readme_line(line: str, port: int, db: Path, session: str = "") -> subprocess.CompletedProcess[str]:
     line = line.replace("8100", str(port)).replace("runs/proxy.sqlite", str(db)).replace("s…", session)
     env = {**os.environ, "TOKEN": ADMIN}
-    return subprocess.run(["bash", "-c", line], env=env, capture_output=True, text=True, timeout=60, check=True)
+    return subprocess.run(
+        ["bash", "-c", line], env=env, capture_output=True, text=True, timeout=60, check=True
+    )
 
 
 def test_the_readme_commands_work_and_sigkill_and_restart_lose_no_completed_call(tmp_path: Path) -> None:
@@ -289,3 +291,33 @@ def test_the_readme_commands_work_and_sigkill_and_restart_lose_no_completed_call
     finally:
         proc.kill()
         proc.wait(timeout=30)
+
+
+def test_ctrl_c_with_a_stream_under_way_stops_at_once_and_quietly(tmp_path: Path) -> None:
+    """SIGINT while the real engine streams a long reply: the proxy ends the call (an error event closes
+    the stream), stops without waiting for the generation, and logs no unretrieved engine error."""
+    db, port = tmp_path / "proxy.sqlite", free_port()
+    base = f"http://127.0.0.1:{port}"
+    proc = _start(db, port)
+    try:
+        _wait_healthy(base, proc)
+        s = admin(base, "POST", "/sessions")
+        body = {
+            "prompt": "The history of Rome, in great detail. Chapter 1.",
+            "max_tokens": 2000,
+            "stream": True,
+        }
+        url, h = f"{base}/s/{s['id']}/v1/completions", {"Authorization": f"Bearer {s['secret']}"}
+        with httpx.stream("POST", url, json=body, headers=h, timeout=120) as stream:
+            lines = stream.iter_lines()
+            assert next(line for line in lines if line.startswith("data: {"))  # sampling is under way
+            proc.send_signal(signal.SIGINT)
+            rest = list(lines)
+        proc.wait(timeout=30)  # not the minutes 2000 tokens take here
+    finally:
+        proc.kill()
+        _, stderr = proc.communicate(timeout=30)
+    errors = [json.loads(line[6:]) for line in rest if line.startswith('data: {"error"')]
+    assert errors and "shutting down" in errors[0]["error"]["message"], rest[-3:]
+    log = stderr.decode()
+    assert "never retrieved" not in log and "Traceback" not in log and "ERROR" not in log, log[-3000:]

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import openai
 import pytest
 
 from coderl.chat import ChatFormat
+from coderl.proxy.live import LiveText
 from tests.proxy_fakes import new_session, proxy_client, record, scripted, sdk_http_client
 
 TOOLS = [
@@ -246,32 +248,117 @@ async def test_stop_strings_cut_the_completion_and_its_ids(chat: ChatFormat, tmp
         ]  # the engine was told, so it ends there (not at max_tokens)
 
 
-async def test_a_forced_tool_choice_is_honoured_in_token_space(chat: ChatFormat, tmp_path: Path) -> None:
-    named_rest = '{"cmd": "ls"}}\n</tool_call>'  # what the model writes after the forced opening
-    any_rest = 'bash", "arguments": {"cmd": "pwd"}}\n</tool_call>'
-    engine = scripted(chat.tokenizer, [named_rest, any_rest])
-    tools = [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}]
+TWO_TOOLS = [
+    {"type": "function", "function": {"name": n, "parameters": {"type": "object"}}}
+    for n in ("bash", "python")
+]
+FORCED = {  # tool format: (the call's opening for bash, what the model writes after it), the same for any tool
+    "hermes": (
+        ('<tool_call>\n{"name": "bash", "arguments": ', '{"cmd": "ls"}}\n</tool_call>'),
+        ('<tool_call>\n{"name": "', 'bash", "arguments": {"cmd": "pwd"}}\n</tool_call>'),
+    ),
+    "auto": (
+        ('<tool_call>\n{"name": "bash", "arguments": ', '{"cmd": "ls"}}\n</tool_call>'),
+        ('<tool_call>\n{"name": "', 'bash", "arguments": {"cmd": "pwd"}}\n</tool_call>'),
+    ),
+    "xml": (
+        ("<tool_call>\n<function=bash>\n", "<parameter=cmd>\nls\n</parameter>\n</function>\n</tool_call>"),
+        ("<tool_call>\n<function=", "bash>\n<parameter=cmd>\npwd\n</parameter>\n</function>\n</tool_call>"),
+    ),
+    "json": (
+        ('{"name": "bash", "arguments": ', '{"cmd": "ls"}}'),
+        ('{"name": "', 'bash", "arguments": {"cmd": "pwd"}}'),
+    ),
+}
+
+
+def one_call(response: Any, stream: bool) -> tuple[str, str, dict[str, Any], str]:
+    """(content, the one tool call's name and arguments, finish reason) of a chat answer or stream."""
+    if not stream:
+        choice = response.json()["choices"][0]
+        (call,) = choice["message"].get("tool_calls") or [{"function": {"name": "", "arguments": "{}"}}]
+        fn = call["function"]
+        return (
+            choice["message"]["content"] or "",
+            fn["name"],
+            json.loads(fn["arguments"]),
+            choice["finish_reason"],
+        )
+    lines = [line[6:] for line in response.text.splitlines() if line.startswith("data: {")]
+    choices = [c["choices"][0] for c in map(json.loads, lines) if c["choices"]]
+    content = "".join(c["delta"].get("content") or "" for c in choices)
+    calls = [tc["function"] for c in choices for tc in c["delta"].get("tool_calls", [])]
+    name = "".join(fn.get("name", "") for fn in calls)
+    arguments = json.loads("".join(fn.get("arguments", "") for fn in calls) or "{}")
+    return content, name, arguments, choices[-1]["finish_reason"]
+
+
+@pytest.mark.parametrize("tool_format", list(FORCED))
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_forced_tool_choice_works_in_every_tool_format(
+    tokenizer: Any, tmp_path: Path, tool_format: Literal["hermes", "auto", "xml", "json"], stream: bool
+) -> None:
+    chat = ChatFormat(tokenizer, tool_format)
+    (named_opening, named_rest), (any_opening, any_rest) = FORCED[tool_format]
+    engine = scripted(tokenizer, [named_rest, any_rest])
+    messages = [{"role": "user", "content": "x"}]
     async with proxy_client(chat, engine, tmp_path / "p.db") as (client, _):
         s = await new_session(client)
-        body = {"messages": [{"role": "user", "content": "x"}], "tools": tools}
-        named = {"type": "function", "function": {"name": "bash"}}
-        r1 = await client.post(
-            url(s, "/chat/completions"), json={**body, "tool_choice": named}, headers=auth(s)
-        )
-        r2 = await client.post(
+        body = {"messages": messages, "tools": TWO_TOOLS, "stream": stream}
+        answers = []
+        for choice in ({"type": "function", "function": {"name": "bash"}}, "required"):
+            forced = {**body, "tool_choice": choice}
+            answers.append(
+                one_call(await client.post(url(s, "/chat/completions"), json=forced, headers=auth(s)), stream)
+            )
+        assert answers == [
+            ("", "bash", {"cmd": "ls"}, "tool_calls"),
+            ("", "bash", {"cmd": "pwd"}, "tool_calls"),
+        ]
+        named, any_ = (await record(client, s["id"]))["calls"]
+        prompt = chat.render(messages, TWO_TOOLS)
+        assert named["prompt_ids"] == prompt + chat.encode(named_opening)  # the opening is prompt, not sample
+        assert any_["prompt_ids"] == prompt + chat.encode(any_opening)
+        assert [chat.decode(c["completion_ids"]) for c in (named, any_)] == [named_rest, any_rest]
+
+
+async def test_required_with_one_tool_names_it_and_an_undeclared_name_is_refused(
+    tokenizer: Any, tmp_path: Path
+) -> None:
+    chat = ChatFormat(tokenizer, "xml")
+    engine = scripted(tokenizer, ["<parameter=cmd>\nls\n</parameter>\n</function>\n</tool_call>"])
+    async with proxy_client(chat, engine, tmp_path / "p.db") as (client, _):
+        s = await new_session(client)
+        body = {"messages": [{"role": "user", "content": "x"}], "tools": TWO_TOOLS[:1]}
+        r = await client.post(
             url(s, "/chat/completions"), json={**body, "tool_choice": "required"}, headers=auth(s)
         )
-        calls = [r.json()["choices"][0]["message"]["tool_calls"] for r in (r1, r2)]
-        assert [c[0]["function"]["name"] for c in calls] == ["bash", "bash"]
-        assert [json.loads(c[0]["function"]["arguments"]) for c in calls] == [{"cmd": "ls"}, {"cmd": "pwd"}]
-        c1, c2 = (await record(client, s["id"]))["calls"]
-        opening = '<tool_call>\n{"name": "bash", "arguments": '
-        assert c1["prompt_ids"][-len(chat.encode(opening)) :] == chat.encode(opening)  # prompt, not sample
-        assert chat.decode(c1["completion_ids"]) == named_rest  # the completion is what the engine sampled
-        assert chat.decode(c2["completion_ids"]) == any_rest
-        assert engine.prompts[1][-len(chat.encode('<tool_call>\n{"name": "')) :] == chat.encode(
-            '<tool_call>\n{"name": "'
+        (call,) = r.json()["choices"][0]["message"]["tool_calls"]
+        assert (call["function"]["name"], json.loads(call["function"]["arguments"])) == (
+            "bash",
+            {"cmd": "ls"},
         )
+        opening = chat.encode(
+            "<tool_call>\n<function=bash>\n"
+        )  # the only tool: the model cannot name another
+        assert engine.prompts[0][-len(opening) :] == opening
+        paris = {"type": "function", "function": {"name": "Paris"}}
+        r = await client.post(
+            url(s, "/chat/completions"), json={**body, "tool_choice": paris}, headers=auth(s)
+        )
+        error = r.json()["error"]
+        assert r.status_code == 400 and error["param"] == "tool_choice"
+        assert "'Paris'" in error["message"] and "['bash']" in error["message"], error
+        body.pop("tools")
+        r = await client.post(
+            url(s, "/chat/completions"), json={**body, "tool_choice": paris}, headers=auth(s)
+        )
+        assert (
+            r.status_code == 400
+            and "'Paris'" in r.json()["error"]["message"]
+            and "no tools" in r.json()["error"]["message"]
+        )
+        assert len(engine.calls) == 1
 
 
 async def test_an_agent_that_drops_a_malformed_reply_gets_the_split_named(
@@ -289,6 +376,8 @@ async def test_an_agent_that_drops_a_malformed_reply_gets_the_split_named(
 
 STREAM_CASES = [
     ("Once upon a time there was a dragon.", {"stop": [" th"]}),  # the stop begins inside a token
+    ("Once upon a time, far away. The end.", {"stop": ["."]}),  # a one-character stop string
+    ("The sea is blue", {"stop": [" "]}),  # ... that is the start of the second token
     ('Sure, let me look.\n<tool_call>\n{"name": "bash", "arguments": {"cmd": "ls"}}\n</tool_call>', {}),
     ('  I will call it.\n<tool_call>\n{"name": "bash", "argu', {}),  # malformed: plain content
     ("Use {braces} and <tags> freely.  ", {}),
@@ -320,6 +409,62 @@ async def test_streamed_content_is_exactly_the_content_of_the_answer(
             tc["function"]["name"] for tc in plain["choices"][0]["message"].get("tool_calls", [])
         ]
         assert len(live) > 1 or len("".join(live)) < 12  # it came in pieces, as sampled
+
+
+def stream_text(text: str) -> str:
+    """The content deltas of an OpenAI stream (chat or completions), joined."""
+    chunks = [json.loads(line[6:]) for line in text.splitlines() if line.startswith("data: {")]
+    pieces = [c["choices"][0] for c in chunks if c["choices"]]
+    return "".join(p["delta"].get("content") or "" if "delta" in p else p["text"] for p in pieces)
+
+
+@pytest.mark.parametrize(("reply", "stop"), [("Once upon a time, far away.", "."), ("The sea is blue", " ")])
+@pytest.mark.parametrize("api", ["/chat/completions", "/completions"])
+async def test_a_stream_never_sends_the_stop_string(
+    chat: ChatFormat, tmp_path: Path, caplog: pytest.LogCaptureFixture, api: str, reply: str, stop: str
+) -> None:
+    engine = scripted(chat.tokenizer, [reply, reply])
+    async with proxy_client(chat, engine, tmp_path / "p.db") as (client, _):
+        s = await new_session(client)
+        asks = (
+            [{"messages": [{"role": "user", "content": x}]} for x in "xy"]
+            if api == "/chat/completions"
+            else [{"prompt": x} for x in "xy"]
+        )
+        plain = (await client.post(url(s, api), json={**asks[0], "stop": stop}, headers=auth(s))).json()
+        plain_text = plain["choices"][0].get("text", plain["choices"][0].get("message", {}).get("content"))
+        with caplog.at_level(logging.WARNING, logger="coderl"):
+            stream = await client.post(
+                url(s, api), json={**asks[1], "stop": stop, "stream": True}, headers=auth(s)
+            )
+        assert plain_text == reply[: reply.index(stop)]  # ends at the whole token before the stop
+        assert stream_text(stream.text) == plain_text  # not "...way." or "The sea"
+        streamed_call = (await record(client, s["id"]))["calls"][1]
+        assert chat.decode(streamed_call["completion_ids"]) == plain_text
+        assert not caplog.records, [r.getMessage() for r in caplog.records]
+
+
+TOKENS = ["hel", "lo", " wor", "ld", "!"]
+
+
+def toy_decode(ids: list[int]) -> str:
+    return "".join(TOKENS[i] for i in ids)
+
+
+@pytest.mark.parametrize(
+    ("stops", "sent"),
+    [
+        (["lo w"], ["", "hel", "", "", ""]),  # "l" could begin it: held; at "hello" only "lo" could; then cut
+        (["xyz"], ["hel", "lo", " wor", "ld", "!"]),  # nothing could begin a stop: every token at once
+        (["ld!"], ["", "hello", " wor", "", ""]),  # "l" (then "ld") is held while "ld!" may follow; cut
+        (["d"], ["hel", "lo", " wor", "", ""]),  # a one-character stop: the token holding it is never sent
+    ],
+)
+def test_live_text_sends_only_whole_tokens_before_any_possible_stop(
+    stops: list[str], sent: list[str]
+) -> None:
+    text = LiveText(toy_decode, stops, "", parse_tools=False, tool_format="hermes")
+    assert [text.feed([i]) for i in range(len(TOKENS))] == sent
 
 
 async def test_completions_api_reuses_sampled_ids_for_its_own_text(chat: ChatFormat, tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -357,6 +358,54 @@ def test_a_worker_started_before_the_proxy_backs_off_then_connects(tokenizer: An
     assert len({round(d / b, 3) for _, d, b in attempts}) >= len(attempts) - 2
     assert sum(d < 0.9 * b for _, d, b in attempts) >= 1  # not pinned to the bound
     assert "connected to ws://" in log.read_text()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_the_proxy_stops_at_once_with_a_call_in_flight(tmp_path: Path, sig: signal.Signals) -> None:
+    """`coderl proxy serve` ends the calls in flight when it is told to stop (their clients get a 503 to
+    retry), rather than waiting for their generations: here the worker would answer in 120 s."""
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    cmd = [sys.executable, "-m", "coderl", "proxy", "serve", "proxy.mode=relay", f"proxy.port={port}"]
+    cmd += [
+        f"proxy.db={tmp_path / 'proxy.sqlite'}",
+        f"proxy.admin_token={ADMIN}",
+        f"proxy.worker_token={TOKEN}",
+    ]
+    log = tmp_path / "proxy.log"
+    proxy = subprocess.Popen(
+        [*cmd, "run.log_level=info"], cwd=ROOT, stdout=log.open("wb"), stderr=subprocess.STDOUT
+    )
+    worker = start_worker(base, "slow", tmp_path, "--latency", "120")
+    answers: list[httpx.Response] = []
+    try:
+        wait_healthy(f"{base}/health", proxy)
+        wait_workers(base, {"slow"}, tmp_path)
+        s = httpx.post(f"{base}/sessions", headers=ADMIN_H).json()
+        ask = {
+            "url": f"{s['openai_base_url']}/chat/completions",
+            "headers": {"Authorization": f"Bearer {s['secret']}"},
+        }
+        caller = threading.Thread(
+            target=lambda: answers.append(
+                httpx.post(**ask, json={"messages": [{"role": "user", "content": "hi"}]}, timeout=180)
+            )
+        )
+        caller.start()
+        deadline = time.monotonic() + 30
+        while workers(base)["in_flight"] == 0:
+            assert time.monotonic() < deadline, read_logs(tmp_path)
+            time.sleep(0.1)
+        proxy.send_signal(sig)
+        proxy.wait(timeout=20)  # not the 120 s the call would take
+        caller.join(timeout=20)
+    finally:
+        stop(worker)
+        stop(proxy)
+    (answer,) = answers
+    assert answer.status_code == 503 and answer.headers["retry-after"], answer.text
+    assert "shutting down" in answer.json()["error"]["message"]
+    assert "never retrieved" not in log.read_text() and " ERROR " not in log.read_text(), log.read_text()
 
 
 # ---------------------------------------------------------------------------- the real model

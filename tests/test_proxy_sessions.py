@@ -54,6 +54,45 @@ async def test_new_sessions_take_json_under_any_content_type(chat: ChatFormat, t
         assert "NewSession" in str(schema["paths"]["/sessions"]["post"]["requestBody"])
 
 
+SESSION_ENDPOINTS = [
+    "POST /s/{sid}/v1/chat/completions",
+    "POST /s/{sid}/v1/completions",
+    "GET /s/{sid}/v1/models",
+    "GET /s/{sid}/v1/models/{{model_id}}",
+    "POST /s/{sid}/v1/messages",
+    "POST /s/{sid}/v1/messages/count_tokens",
+]
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("POST", "/v1/responses"),
+        ("POST", "/v1/foo"),
+        ("GET", "/v1/chat/completion"),
+        ("POST", "/chat/completions"),
+    ],
+)
+async def test_an_unknown_path_in_a_session_names_it_and_the_endpoints_served(
+    chat: ChatFormat, tmp_path: Path, method: str, path: str
+) -> None:
+    async with proxy_client(chat, scripted(chat.tokenizer), tmp_path / "p.db") as (client, _):
+        s = await new_session(client)
+        asked = f"/s/{s['id']}{path}"
+        r = await client.request(method, asked, json=MSG, headers={"Authorization": f"Bearer {s['secret']}"})
+        err = openai_error(r, 404)
+        assert f"{method} {asked}" in err["message"], err
+        for endpoint in SESSION_ENDPOINTS:
+            assert endpoint.format(sid=s["id"]) in err["message"], (endpoint, err["message"])
+        r = await client.post(
+            f"/s/{s['id']}/v1/messages/batches", json=MSG, headers={"x-api-key": s["secret"]}
+        )
+        anthropic_error(r, 404, "not_found_error")
+        assert f"/s/{s['id']}/v1/messages/batches" in r.json()["error"]["message"]
+        err = openai_error(await client.get(f"/s/{s['id']}/v1/chat/completions"), 405)
+        assert err["message"] == f"GET is not allowed on /s/{s['id']}/v1/chat/completions; it takes POST"
+
+
 async def test_rough_edges_are_honoured_or_refused_clearly(chat: ChatFormat, tmp_path: Path) -> None:
     async with proxy_client(chat, scripted(chat.tokenizer), tmp_path / "p.db") as (client, _):
         s = await new_session(client, task_id="t1")
@@ -277,3 +316,64 @@ def test_a_client_that_disconnects_cancels_its_generation(chat: ChatFormat, tmp_
         assert rec["calls"] == []  # nobody received an answer: nothing recorded
         retry = httpx.post(path, json=MSG, headers=h, timeout=30)  # a retry starts afresh
         assert retry.status_code == 200 and retry.headers["x-coderl-replayed"] == "false"
+
+
+def test_stopping_the_server_ends_its_calls_in_flight_with_a_503(chat: ChatFormat, tmp_path: Path) -> None:
+    import threading
+
+    import httpx
+
+    from coderl.proxy.app import create_app
+    from coderl.proxy.config import ProxyConfig
+    from coderl.proxy.server import ProxyServer
+    from coderl.proxy.store import Store
+    from tests.servers import serve
+
+    engine = scripted(chat.tokenizer, latency_s=120.0)  # no answer before the server stops
+    app = create_app(ProxyConfig(db=tmp_path / "p.db", admin_token=ADMIN), engine, chat, model_name="m")
+    answers: dict[str, httpx.Response] = {}
+
+    def ask(name: str, url: str, body: dict[str, Any], secret: str) -> None:
+        answers[name] = httpx.post(url, json=body, headers={"x-api-key": secret}, timeout=180)
+
+    with serve(app, make_server=lambda config: ProxyServer(config, app.state.service)) as base:
+        s = httpx.post(f"{base}/sessions", headers=ADMIN_H, timeout=30).json()
+        callers = [
+            threading.Thread(
+                target=ask, args=("chat", f"{s['openai_base_url']}/chat/completions", MSG, s["secret"])
+            ),
+            threading.Thread(
+                target=ask,
+                args=(
+                    "messages",
+                    f"{s['anthropic_base_url']}/v1/messages",
+                    {**MSG, "stream": True},
+                    s["secret"],
+                ),
+            ),
+        ]
+        for caller in callers:
+            caller.start()
+        deadline = time.monotonic() + 30
+        while engine.running < 2:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    # leaving the block stopped the server: its calls were ended, not waited for
+    for caller in callers:
+        caller.join(timeout=30)
+    openai_error(answers["chat"], 503)
+    anthropic_error(answers["messages"], 503, "overloaded_error")
+    for answer in answers.values():
+        assert answer.headers["retry-after"] and "shutting down" in answer.text
+    assert engine.running == 0
+    assert Store(tmp_path / "p.db").open().calls(s["id"]) == []  # nobody got an answer: nothing recorded
+
+
+async def test_a_stopping_proxy_refuses_new_calls(chat: ChatFormat, tmp_path: Path) -> None:
+    async with proxy_client(chat, scripted(chat.tokenizer), tmp_path / "p.db") as (client, app):
+        s = await new_session(client)
+        assert app.state.service.stop_calls() == 0
+        r = await client.post(
+            f"/s/{s['id']}/v1/chat/completions", json=MSG, headers={"x-api-key": s["secret"]}
+        )
+        assert "shutting down" in openai_error(r, 503)["message"] and r.headers["retry-after"]

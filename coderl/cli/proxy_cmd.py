@@ -8,10 +8,9 @@ import sys
 
 
 def run_proxy_serve(ns: argparse.Namespace) -> int:
-    import uvicorn
-
     from coderl.cli.common import config_from_args
     from coderl.proxy.app import default_db_path
+    from coderl.proxy.server import run_proxy
     from coderl.proxy.standalone import build_proxy, settle_heap
 
     cfg = config_from_args(ns)
@@ -25,5 +24,4 @@ def run_proxy_serve(ns: argparse.Namespace) -> int:
         print(f"coderl proxy: admin token (generated): {app.state.admin_token}", file=sys.stderr)
     sys.stderr.flush()
     settle_heap()
-    uvicorn.run(app, host=cfg.proxy.host, port=cfg.proxy.port, log_level=cfg.run.log_level)
-    return 0
+    return run_proxy(app, cfg.proxy.host, cfg.proxy.port, cfg.run.log_level)

@@ -31,6 +31,17 @@ def first_stop(text: str, stops: Sequence[str]) -> tuple[int, str] | None:
     return at, stop
 
 
+def partial_stop_at(text: str, stops: Sequence[str]) -> int:
+    """Where the earliest stop string could still begin as ``text`` grows: the first position whose
+    rest of the text is the start of a stop string (``len(text)`` when no stop string could)."""
+    reach = max((len(s) for s in stops), default=0)
+    for at in range(max(0, len(text) - reach + 1), len(text)):
+        tail = text[at:]
+        if any(s.startswith(tail) for s in stops if s):
+            return at
+    return len(text)
+
+
 class StopWatch:
     """Finds a stop string as a completion grows, decoding only the last tokens: a stop string of n
     characters spans at most n tokens, and every earlier position was checked on an earlier token."""

@@ -294,7 +294,7 @@ def anthropic_router(service: ProxyService) -> APIRouter:
             messages=msgs,
             tools=tools,
             parse_tools=bool(tools) and choice.mode != "none",
-            reply_prefix=choice.prefix(),
+            reply_prefix=choice.prefix(service.chat.tool_format),
             stop=[s for s in body.stop_sequences or [] if s],
             id_prefix="toolu",
         )

@@ -18,13 +18,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -129,9 +131,10 @@ def create_app(
     app.state.service = service
     _error_handlers(app)
     app.include_router(sessions_router(service, admin_token))
-    app.include_router(openai_router(service))
-    app.include_router(responses_router(service))
-    app.include_router(anthropic_router(service))
+    agent_routers = [openai_router(service), responses_router(service), anthropic_router(service)]
+    for router in agent_routers:
+        app.include_router(router)
+    app.state.agent_endpoints = agent_endpoints(agent_routers)  # named by a 404 inside a session
     if isinstance(engine, RelayEngine):
         app.include_router(relay_router(engine, engine.worker_token, admin_token))
 
@@ -167,6 +170,39 @@ async def _expire_loop(service: ProxyService) -> None:
             log.info("expired %d idle sessions", len(expired))
 
 
+_IN_SESSION = re.compile(r"^/s/([^/]+)(/.*)?$")
+
+
+def agent_endpoints(routers: list[APIRouter]) -> list[str]:
+    """``METHOD path`` of every route of ``routers``, in order (paths keep ``{session_id}``)."""
+    return [
+        f"{method} {route.path_format}"
+        for router in routers
+        for route in router.routes
+        if isinstance(route, APIRoute)
+        for method in sorted(route.methods or ())
+    ]
+
+
+def _not_found(request: Request) -> str | None:
+    """A 404's message that says what was asked for and where to go instead (None: the default)."""
+    path = request.url.path
+    if path == "/v1" or path.startswith("/v1/"):
+        return (
+            f"no route {path}: agents call the proxy through a session's own base URL, "
+            f"/s/<session id>{path} (openai_base_url / anthropic_base_url from POST /sessions)"
+        )
+    session = _IN_SESSION.match(path)
+    if session is None:
+        return None
+    sid = session.group(1)
+    served = ", ".join(e.replace("{session_id}", sid) for e in request.app.state.agent_endpoints)
+    return (
+        f"no endpoint {request.method} {path}; a session serves {served} (OpenAI base URL /s/{sid}/v1, "
+        f"Anthropic base URL /s/{sid})"
+    )
+
+
 def _error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
@@ -182,12 +218,12 @@ def _error_handlers(app: FastAPI) -> None:
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         path = request.url.path
         message = str(exc.detail)
-        if exc.status_code == 404 and (path == "/v1" or path.startswith("/v1/")):
-            message = (
-                f"no route {path}: agents call the proxy through a session's own base URL, "
-                f"/s/<session id>{path} (openai_base_url / anthropic_base_url from POST /sessions)"
-            )
-        return error_response(dialect_of(path), exc.status_code, message, headers=dict(exc.headers or {}))
+        headers = dict(exc.headers or {})
+        if exc.status_code == 404:
+            message = _not_found(request) or message
+        elif exc.status_code == 405 and "Allow" in headers:
+            message = f"{request.method} is not allowed on {path}; it takes {headers['Allow']}"
+        return error_response(dialect_of(path), exc.status_code, message, headers=headers)
 
     @app.exception_handler(Exception)
     async def _internal(request: Request, exc: Exception) -> JSONResponse:

@@ -4,9 +4,11 @@
 :class:`LiveText` decides how much of their text is safe to send: only text that is certain to be the
 start of the reply's final content (what the record holds and the non-streamed answer would say):
 
-- nothing a stop string could still cut (:mod:`coderl.engine.stops` ends the reply at the last whole
-  token before a stop string begins): a token's text is sent once the text after its end is long
-  enough that a stop string starting inside it would have been seen;
+- nothing a stop string cuts or could still cut (:func:`coderl.engine.stops.cut_at_stop` ends the
+  reply at the last whole token before a stop string begins): once a stop string is in the text, only
+  the whole tokens before it; until then, only the whole tokens that end before any text that could be
+  the start of a stop string (under the stop ``"."`` the token holding the ``"."`` never goes out;
+  under the stop ``"ld!"`` a token that ends in ``"l"`` waits for the tokens that show what follows);
 - nothing from where a tool call may begin (``<tool_call>``, or ``{`` where bare JSON calls are
   parsed): tool calls and any text after them come with the final chunks, parsed;
 - with tools, no leading whitespace and no trailing whitespace yet (that content is stripped); never a
@@ -26,6 +28,7 @@ from typing import Any, Protocol
 from fastapi.responses import Response, StreamingResponse
 
 from coderl.chat.parse import ToolFormat
+from coderl.engine.stops import cut_at_stop, first_stop, partial_stop_at
 from coderl.proxy.errors import ApiError
 from coderl.proxy.sse import SSE_HEADERS
 from coderl.proxy.store import CallRow
@@ -52,27 +55,33 @@ class LiveText:
         self, decode: Decode, stops: list[str], prefix: str, parse_tools: bool, tool_format: ToolFormat
     ) -> None:
         self.decode = decode
-        self.reach = max((len(s) for s in stops if s), default=0)
+        self.stops = [s for s in stops if s]
         self.prefix = prefix
         self.strip = parse_tools
         self.markers = ["<tool_call>"] if parse_tools else []
         if parse_tools and tool_format not in ("hermes", "xml"):
             self.markers.append("{")
         self.ids: list[int] = []
-        self.ends: list[int] = []  # the text length after each token
+        self.ends: list[int] = []  # the completion's text length after each token (with stop strings)
         self.sent = ""
+
+    def settled_text(self) -> str:
+        """The text of the whole tokens so far that no stop string cuts or could still cut."""
+        completion = self.decode(self.ids)
+        if not self.stops:
+            return completion
+        if first_stop(completion, self.stops) is not None:  # as the record will be cut
+            return cut_at_stop(self.decode, self.ids, self.stops)[1]
+        held = partial_stop_at(completion, self.stops)
+        return completion[: max((end for end in self.ends if end <= held), default=0)]
 
     def feed(self, ids: list[int]) -> str:
         """Take newly sampled ids; returns the content that became safe to send (often '')."""
         for tok in ids:
             self.ids.append(tok)
-            self.ends.append(len(self.decode(self.ids)) if self.reach else 0)
-        text = self.prefix + self.decode(self.ids)
-        limit = len(text)
-        if self.reach:  # whole tokens no stop string can reach back into
-            fixed = len(text) - self.reach + 1
-            limit = len(self.prefix) + max([e for e in self.ends if len(self.prefix) + e <= fixed], default=0)
-        safe = text[:limit]
+            if self.stops:
+                self.ends.append(len(self.decode(self.ids)))
+        safe = self.prefix + self.settled_text()
         for marker in self.markers:  # a tool call may begin at a marker, or at a marker's start at the end
             at = safe.find(marker)
             if at >= 0:

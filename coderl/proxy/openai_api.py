@@ -371,7 +371,7 @@ def openai_router(service: ProxyService) -> APIRouter:
             messages=messages,
             tools=tools,
             parse_tools=bool(tools) and choice.mode != "none",
-            reply_prefix=choice.prefix(),
+            reply_prefix=choice.prefix(chat.tool_format),
             stop=stop_list(body.stop),
         )
         if body.stream:

@@ -105,6 +105,9 @@ class ProxyService:
         self._sessions: dict[str, SessionRow] = {}
         self._history: dict[str, list[CallRow]] = {}
         self._in_flight: dict[tuple[str, str], tuple[str, asyncio.Future[CallRow]]] = {}
+        self._answering: set[asyncio.Future[tuple[CallRow, bool]]] = set()
+        self.stopping = False
+        """Set by :meth:`stop_calls`: the server is stopping and takes no more calls."""
         self._generation_prompt = chat.generation_prompt()
 
     # ------------------------------------------------------------------ sessions
@@ -215,6 +218,8 @@ class ProxyService:
     # ------------------------------------------------------------------ calls
     async def call(self, session: SessionRow, req: CallRequest) -> tuple[CallRow, bool]:
         """Answer one call; returns (the recorded call, whether it was replayed from the record)."""
+        if self.stopping:  # also a retry whose first attempt was just ended by stop_calls
+            raise self._stopping_error()
         key = (session.id, req.request_key)
         pending = self._in_flight.get(key)
         if pending is not None:  # a retry while the first attempt still runs: share its answer
@@ -246,10 +251,14 @@ class ProxyService:
         return row, False
 
     async def answer(self, request: Request, session: SessionRow, req: CallRequest) -> tuple[CallRow, bool]:
-        """:meth:`call` for an HTTP request, abandoned if the client disconnects first: the generation
-        is cancelled (the engine stops sampling it) and nothing is recorded, since nobody got an answer."""
+        """:meth:`call` for an HTTP request, abandoned if the client disconnects first or the server
+        stops (:meth:`stop_calls`): the generation is cancelled (the engine stops sampling it) and
+        nothing is recorded, since nobody got an answer."""
+        if self.stopping:
+            raise self._stopping_error()
         work = asyncio.ensure_future(self.call(session, req))
         gone = asyncio.ensure_future(_disconnect(request))
+        self._answering.add(work)
         try:
             await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
         except asyncio.CancelledError:
@@ -257,11 +266,27 @@ class ProxyService:
             raise
         finally:
             gone.cancel()
+            self._answering.discard(work)
+        if self.stopping and work.cancelled():
+            raise self._stopping_error()
         if not work.done():
             work.cancel()
             await asyncio.gather(work, return_exceptions=True)
             raise ApiError(499, "the client disconnected before the answer; its generation was cancelled")
         return work.result()
+
+    def stop_calls(self) -> int:
+        """The server is stopping: cancel the generation of every call in flight (its client gets a
+        503 with Retry-After, to retry once the proxy is back; nothing is recorded) and refuse new
+        calls alike. Returns how many calls it ended."""
+        self.stopping = True
+        ended = [work for work in self._answering if work.cancel()]
+        return len(ended)
+
+    def _stopping_error(self) -> ApiError:
+        return self._retry_error(
+            503, "the proxy is shutting down; this call was cancelled and not recorded: retry it later"
+        )
 
     def _history_of(self, session_id: str) -> list[CallRow]:
         if session_id not in self._history:

@@ -4,11 +4,16 @@ OpenAI's ``"auto"`` / ``"none"`` / ``"required"`` / ``{"type": "function", "func
 Responses API's flat ``{"type": "function", "name"}`` and
 Anthropic's ``{"type": "auto" | "none" | "any" | "tool", "name"}`` map to one :class:`ToolChoice`. A
 forced choice ("required"/"any": some tool; a named tool: that one) is honoured the way a bash-only
-agent's response prefix is: the opening of a tool call is appended to the prompt
-(``<tool_call>\\n{"name": "`` or, for a named tool, up to its ``"arguments": ``), and the model writes
-the rest. The prefix is prompt, not sample: the record holds it in the call's ``prompt_ids`` (mask 0
-in a trajectory), and the completion is only what the engine sampled. Anything else is refused with
-a 400 that names the valid forms.
+agent's response prefix is: the opening of a tool call, written in the model's tool format
+(``model.tool_format``, :func:`call_opening`), is appended to the prompt, up to the name for "any" and
+up to the arguments for a named tool, and the model writes the rest. The prefix is prompt, not sample:
+the record holds it in the call's ``prompt_ids`` (mask 0 in a trajectory), and the completion is only
+what the engine sampled.
+
+A named tool must be one the request declares (else a 400 naming it and the declared ones). "any" with
+a single declared tool names that tool, so the model cannot call another; with several, the model
+writes the name, and a call to a tool it was not offered is answered as sampled, as under "auto" (the
+engine cannot restrict a name to a list). Anything else is refused with a 400 that names the valid forms.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from coderl.chat.parse import ToolFormat
 from coderl.proxy.errors import ApiError
 
 
@@ -26,21 +32,41 @@ class ToolChoice:
     name: str | None = None
     """The tool a ``tool`` choice names."""
 
-    def prefix(self) -> str:
+    def prefix(self, tool_format: ToolFormat) -> str:
         """The text the reply is forced to start with ('' unless a tool call is forced)."""
         if self.mode == "any":
-            return '<tool_call>\n{"name": "'
+            return call_opening(tool_format, None)
         if self.mode == "tool":
-            return '<tool_call>\n{"name": ' + json.dumps(self.name, ensure_ascii=False) + ', "arguments": '
+            return call_opening(tool_format, self.name)
         return ""
+
+
+def call_opening(tool_format: ToolFormat, name: str | None) -> str:
+    """The start of a tool call in ``tool_format``: up to the name (``name`` None), or with ``name``
+    written, up to its arguments. ``xml``: Qwen3-Coder's ``<tool_call>\\n<function=NAME>\\n``; ``json``:
+    a bare ``{"name": ...`` (what that format parses); ``hermes`` and ``auto``: JSON in ``<tool_call>``."""
+    if tool_format == "xml":
+        return "<tool_call>\n<function=" + ("" if name is None else f"{name}>\n")
+    head = '{"name": ' if tool_format == "json" else '<tool_call>\n{"name": '
+    return head + ('"' if name is None else json.dumps(name, ensure_ascii=False) + ', "arguments": ')
 
 
 def _checked(choice: ToolChoice, tools: list[dict[str, Any]] | None) -> ToolChoice:
     names = [t["function"]["name"] for t in tools or []]
-    if choice.mode in ("any", "tool") and not names:
-        raise ApiError(400, "tool_choice forces a tool call, but the request has no tools", param="tool_choice")
     if choice.mode == "tool" and choice.name not in names:
-        raise ApiError(400, f"tool_choice names {choice.name!r}, which is not among the tools {names}", "tool_choice")
+        declared = f"the declared tools are {names}" if names else "the request declares no tools"
+        raise ApiError(
+            400,
+            f"tool_choice names the tool {choice.name!r}, which the request does not declare; {declared}: "
+            "name one of them or add it to tools",
+            param="tool_choice",
+        )
+    if choice.mode == "any" and not names:
+        raise ApiError(
+            400, "tool_choice forces a tool call, but the request has no tools", param="tool_choice"
+        )
+    if choice.mode == "any" and len(names) == 1:  # the one tool a forced call may name: name it
+        return ToolChoice("tool", names[0])
     return choice
 
 
