@@ -272,7 +272,7 @@ async def test_harmless_unknown_fields_are_ignored(chat: ChatFormat, tmp_path: P
 
 async def test_tool_choice_required_and_named_force_a_function_call(chat: ChatFormat, tmp_path: Path) -> None:
     named_rest = '{"cmd": "ls"}}\n</tool_call>'
-    any_rest = 'bash", "arguments": {"cmd": "pwd"}}\n</tool_call>'
+    any_rest = '{"cmd": "pwd"}}\n</tool_call>'  # required with one tool declared names it too
     engine = scripted(chat.tokenizer, [named_rest, any_rest, "plain"])
     async with proxy_client(chat, engine, tmp_path / "p.db") as (client, _):
         s = await new_session(client)
@@ -286,7 +286,7 @@ async def test_tool_choice_required_and_named_force_a_function_call(chat: ChatFo
         assert [json.loads(c[0]["arguments"]) for c in calls] == [{"cmd": "ls"}, {"cmd": "pwd"}]
         c1, c2 = (await record(client, s["id"]))["calls"]
         opening = chat.encode('<tool_call>\n{"name": "bash", "arguments": ')
-        assert c1["prompt_ids"][-len(opening) :] == opening  # prompt, not sample
+        assert c1["prompt_ids"][-len(opening) :] == opening == c2["prompt_ids"][-len(opening) :]  # prompt, not sample
         assert (
             chat.decode(c1["completion_ids"]) == named_rest and chat.decode(c2["completion_ids"]) == any_rest
         )

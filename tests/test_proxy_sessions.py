@@ -67,7 +67,7 @@ SESSION_ENDPOINTS = [
 @pytest.mark.parametrize(
     ("method", "path"),
     [
-        ("POST", "/v1/responses"),
+        ("POST", "/v1/embeddings"),
         ("POST", "/v1/foo"),
         ("GET", "/v1/chat/completion"),
         ("POST", "/chat/completions"),

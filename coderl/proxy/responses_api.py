@@ -236,7 +236,7 @@ def responses_router(service: ProxyService, memory: ResponseMemory | None = None
             messages=messages,
             tools=tools,
             parse_tools=bool(tools) and choice.mode != "none",
-            reply_prefix=choice.prefix(),
+            reply_prefix=choice.prefix(service.chat.tool_format),
         )
         head = response_head(body, req.uid, req.created, service.model, tools)
         with_logprobs = LOGPROBS in (body.include or [])
