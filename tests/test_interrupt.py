@@ -21,7 +21,7 @@ pytestmark = pytest.mark.slow
 
 # one step's update runs many micro-batches (a few seconds), long enough to be interrupted inside
 RUN = [
-    "train.tasks=bundled:warmup", "train.val_tasks=none", "sft.before_rl=false", "train.steps=3",
+    "train.tasks=bundled:warmup", "train.val_tasks=none", "sft.before_rl=false", "train.steps=2",
     "train.tasks_per_step=2", "train.group_size=4", "rollout.agent=single_turn", "rollout.tools=null",
     "rollout.max_tokens=48", "rollout.temperature=1.0", "actor.micro_batch_tokens=128", "actor.lr=1e-5",
     "train.calibrate_tasks=0", "train.curriculum=none", "algo.dynamic_sampling=false", "actor.lora_rank=0",
@@ -61,20 +61,23 @@ def _interrupt(args: list[str], env: dict[str, str], log: Path, stage: str) -> t
     return code, time.monotonic() - sent
 
 
-@pytest.mark.parametrize("stage", [r"step 1 rollout: ", r"step 2 update: "])
-def test_ctrl_c_stops_the_run_in_seconds_and_resume_goes_on(tmp_path: Path, boxes: Path, stage: str) -> None:
+def test_ctrl_c_stops_the_run_in_seconds_and_resume_goes_on(tmp_path: Path, boxes: Path) -> None:
+    """Ctrl-C in a rollout, then (after --resume) in an update; the second --resume finishes the run."""
     run = tmp_path / "run"
     env = {**os.environ, "CODERL_PROGRESS_EVERY": "0.2", "CODERL_SANDBOX_DIR": str(boxes), "PYTHONUNBUFFERED": "1"}
-    code, took = _interrupt([*RUN, f"run.dir={run}"], env, tmp_path / "first.log", stage)
-    log = (tmp_path / "first.log").read_text()
-    assert code == 130, log[-3000:]  # not -6: no thread was left computing under the interpreter's exit
-    assert "coderl: interrupted" in log and "terminate called" not in log and "never retrieved" not in log
-    assert took < 20, f"{took:.1f} s from Ctrl-C to exit"
-    assert not [m for m in _mounts(boxes) if "/ws/" in m], _mounts(boxes)  # no workspace left mounted
+    firsts = [[*RUN, f"run.dir={run}"], ["--resume", str(run)]]
+    for n, (args, stage) in enumerate(zip(firsts, [r"step 1 rollout: ", r"step \d update: "], strict=True)):
+        log = tmp_path / f"run{n}.log"
+        code, took = _interrupt(args, env, log, stage)
+        text = log.read_text()
+        assert code == 130, text[-3000:]  # not -6: no thread was left computing under the interpreter's exit
+        assert "coderl: interrupted" in text and "terminate called" not in text and "never retrieved" not in text
+        assert took < 20, f"{took:.1f} s from Ctrl-C to exit ({stage})"
+        assert not [m for m in _mounts(boxes) if "/ws/" in m], _mounts(boxes)  # no workspace left mounted
     done = subprocess.run(
         [sys.executable, "-m", "coderl", "train", "--resume", str(run)],
         capture_output=True, text=True, env=env, timeout=600,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     rows = checkpoints.read_metrics(run / "metrics.jsonl")
-    assert [r["step"] for r in rows] == [1, 2, 3]  # each step once: none lost to the interrupt, none twice
+    assert [r["step"] for r in rows] == [1, 2]  # each step once: none lost to an interrupt, none twice
