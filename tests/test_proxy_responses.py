@@ -21,22 +21,18 @@ from coderl.proxy.responses_stream import ResponseStream
 from tests.proxy_fakes import new_session, proxy_client, record, scripted, sdk_http_client
 from tests.servers import serve
 from tests.test_proxy_e2e import ADMIN, admin, check_record_against_reference
+from tests.test_proxy_openai import CALL_TEXT, auth
 
 PARAMS = {"type": "object", "properties": {"cmd": {"type": "string"}}}
 CHAT_TOOLS = [
     {"type": "function", "function": {"name": "bash", "description": "run a command", "parameters": PARAMS}}
 ]
 TOOLS = [{"type": "function", "name": "bash", "description": "run a command", "parameters": PARAMS}]
-CALL_TEXT = '<tool_call>\n{"name": "bash", "arguments": {"cmd": "ls"}}\n</tool_call>'
 
 
 @pytest.fixture(scope="module")
 def chat(tokenizer: Any) -> ChatFormat:
     return ChatFormat(tokenizer)
-
-
-def auth(session: dict[str, Any]) -> dict[str, str]:
-    return {"Authorization": f"Bearer {session['secret']}"}
 
 
 def url(session: dict[str, Any], path: str = "/responses") -> str:

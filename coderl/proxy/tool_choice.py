@@ -72,22 +72,8 @@ def _checked(choice: ToolChoice, tools: list[dict[str, Any]] | None) -> ToolChoi
 
 def openai_tool_choice(value: str | dict[str, Any] | None, tools: list[dict[str, Any]] | None) -> ToolChoice:
     """OpenAI's ``tool_choice``: "auto" (default), "none", "required", or one named function."""
-    if value is None or value == "auto":
-        return ToolChoice("auto")
-    if value == "none":
-        return ToolChoice("none")
-    if value == "required":
-        return _checked(ToolChoice("any"), tools)
-    if isinstance(value, dict) and value.get("type") == "function":
-        name = (value.get("function") or {}).get("name")
-        if isinstance(name, str) and name:
-            return _checked(ToolChoice("tool", name), tools)
-    raise ApiError(
-        400,
-        f"tool_choice {value!r} is not supported; use 'auto', 'none', 'required' or "
-        '{"type": "function", "function": {"name": "<tool>"}}',
-        param="tool_choice",
-    )
+    name = (value.get("function") or {}).get("name") if isinstance(value, dict) else None
+    return _function_choice(value, name, tools, '{"type": "function", "function": {"name": "<tool>"}}')
 
 
 def responses_tool_choice(
@@ -95,22 +81,28 @@ def responses_tool_choice(
 ) -> ToolChoice:
     """The Responses API's ``tool_choice``: "auto" (default), "none", "required", or
     ``{"type": "function", "name": ...}``; ``tools`` in the chat form (:mod:`coderl.proxy.responses_items`)."""
+    name = value.get("name") if isinstance(value, dict) else None
+    return _function_choice(
+        value, name, tools, '{"type": "function", "name": "<tool>"} (built-in tools and allowed_tools are not served)'
+    )
+
+
+def _function_choice(
+    value: str | dict[str, Any] | None, name: Any, tools: list[dict[str, Any]] | None, named_form: str
+) -> ToolChoice:
+    """The choice of either OpenAI API, ``name`` read from ``value`` in that API's own shape."""
     if value is None or value == "auto":
         return ToolChoice("auto")
     if value == "none":
         return ToolChoice("none")
     if value == "required":
         return _checked(ToolChoice("any"), tools)
-    if isinstance(value, dict) and value.get("type") == "function":
-        name = value.get("name")
-        if isinstance(name, str) and name:
-            return _checked(ToolChoice("tool", name), tools)
+    if isinstance(value, dict) and value.get("type") == "function" and isinstance(name, str) and name:
+        return _checked(ToolChoice("tool", name), tools)
     raise ApiError(
-        400,
-        f"tool_choice {value!r} is not supported; use 'auto', 'none', 'required' or "
-        '{"type": "function", "name": "<tool>"} (built-in tools and allowed_tools are not served)',
+        400, f"tool_choice {value!r} is not supported; use 'auto', 'none', 'required' or {named_form}",
         param="tool_choice",
-    )
+    )  # fmt: skip
 
 
 def anthropic_tool_choice(value: dict[str, Any] | None, tools: list[dict[str, Any]] | None) -> ToolChoice:
