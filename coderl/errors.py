@@ -26,6 +26,24 @@ class EngineOverloadedError(EngineError):
     """The engine's queue is full and the caller asked not to wait."""
 
 
+class PromptTooLongError(EngineError):
+    """A prompt that leaves no room to generate within the engine's context (``max_model_len``)."""
+
+    def __init__(self, prompt_tokens: int, max_model_len: int, model_limit: int) -> None:
+        self.prompt_tokens, self.max_model_len, self.model_limit = prompt_tokens, max_model_len, model_limit
+        if max_model_len < model_limit:
+            advice = f"shorten the prompt or raise engine.max_model_len (up to {model_limit}, the model's own limit)"
+        else:
+            advice = (
+                f"{model_limit} tokens is the model's own limit, which engine.max_model_len cannot pass: "
+                "shorten the prompt or serve a model with a longer context"
+            )
+        super().__init__(
+            f"prompt of {prompt_tokens} tokens leaves no room to generate within max_model_len={max_model_len}; "
+            + advice
+        )
+
+
 class EngineUnavailableError(EngineError, ConnectionError):
     """No engine replica can serve the request (stopped, dead or unreachable)."""
 

@@ -12,7 +12,7 @@ import torch
 from coderl.config import EngineConfig, ModelConfig
 from coderl.engine import SamplingParams, create_engine
 from coderl.engine.embedded import EmbeddedEngine
-from coderl.errors import EngineError, EngineUnavailableError
+from coderl.errors import EngineError, EngineUnavailableError, PromptTooLongError
 from tests.conftest import hf_logprobs
 
 pytestmark = pytest.mark.slow
@@ -286,7 +286,9 @@ async def test_bad_weights_are_rejected_without_change(engine: EmbeddedEngine) -
 async def test_bad_requests_raise_clear_errors(engine: EmbeddedEngine) -> None:
     with pytest.raises(EngineError, match="empty"):
         await engine.generate([], SamplingParams())
-    with pytest.raises(EngineError, match="max_model_len"):
+    # at the model's own limit, raising engine.max_model_len is no advice: it says so
+    assert engine.max_model_len == 8192
+    with pytest.raises(PromptTooLongError, match=r"8192 tokens is the model's own limit, which engine\.max_model_len"):
         await engine.generate([1] * (engine.max_model_len + 1), SamplingParams())
     with pytest.raises(EngineError, match="outside the vocabulary"):
         await engine.generate([1, 10**7], SamplingParams())

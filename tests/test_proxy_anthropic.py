@@ -189,3 +189,64 @@ async def test_count_tokens_and_errors(chat: ChatFormat, tmp_path: Path) -> None
             headers={"x-api-key": s["secret"]},
         )
         assert r.json() == {"input_tokens": len(chat.render([{"role": "user", "content": "hi"}]))}
+
+
+async def test_system_entries_inside_messages_are_rendered_where_they_stand(chat: ChatFormat, tmp_path: Path) -> None:
+    # stock Claude Code sends its environment notes as a role "system" entry after the first user turn
+    engine = scripted(chat.tokenizer)
+    async with proxy_client(chat, engine, tmp_path / "p.db") as (client, _app):
+        s = await new_session(client)
+        messages = [
+            {"role": "user", "content": [{"type": "text", "text": "fix calc.py"}]},
+            {"role": "system", "content": [{"type": "text", "text": "# Environment\ncwd: /repo"}]},
+        ]
+        r = await client.post(
+            f"/s/{s['id']}/v1/messages",
+            json={"model": "m", "max_tokens": 5, "system": "You fix bugs.", "messages": messages},
+            headers={"x-api-key": s["secret"]},
+        )
+        assert r.status_code == 200, r.text
+        expected = chat.render(
+            [
+                {"role": "system", "content": "You fix bugs."},
+                {"role": "user", "content": "fix calc.py"},
+                {"role": "system", "content": "# Environment\ncwd: /repo"},
+            ]
+        )
+        assert engine.calls[0].prompt_ids == expected
+
+
+async def test_a_prompt_over_the_context_gets_advice_that_can_work(chat: ChatFormat, tmp_path: Path) -> None:
+    from coderl.errors import PromptTooLongError
+
+    engine = scripted(chat.tokenizer, [PromptTooLongError(9100, 8192, 8192)])
+    tools = [*TOOLS, {"name": "WebFetch", "description": "fetch a page " * 200, "input_schema": {}}]
+    async with proxy_client(chat, engine, tmp_path / "p.db") as (client, _app):
+        s = await new_session(client)
+        r = await client.post(
+            f"/s/{s['id']}/v1/messages",
+            json={"model": "m", "max_tokens": 5, "system": "You fix bugs.", "tools": tools,
+                  "messages": [{"role": "user", "content": "hi"}]},
+            headers={"x-api-key": s["secret"]},
+        )  # fmt: skip
+        assert r.status_code == 400
+        msg = r.json()["error"]["message"]
+        assert "the prompt is 9100 tokens" in msg and "2 tool definitions take about" in msg
+        assert msg.index("WebFetch") < msg.index("bash")  # the largest first
+        assert "8192 tokens is this model's own limit" in msg and "--tools Bash,Read,Edit" in msg
+        assert "raise engine.max_model_len" not in msg  # advice that cannot work is not given
+        assert (await record(client, s["id"]))["stats"]["context_refusals"] == 1
+
+
+async def test_max_tokens_cap_bounds_what_a_client_asks_for(chat: ChatFormat, tmp_path: Path) -> None:
+    engine = scripted(chat.tokenizer)
+    async with proxy_client(chat, engine, tmp_path / "p.db", max_tokens_cap=16) as (client, _app):
+        s = await new_session(client)
+        for asked in (32000, 8):
+            r = await client.post(
+                f"/s/{s['id']}/v1/messages",
+                json={"model": "m", "max_tokens": asked, "messages": [{"role": "user", "content": "hi"}]},
+                headers={"x-api-key": s["secret"]},
+            )
+            assert r.status_code == 200, r.text
+        assert [c.params.max_tokens for c in engine.calls] == [16, 8]

@@ -123,6 +123,7 @@ def test_sdks_against_the_real_engine(tokenizer: Any, hf_model: Any, tmp_path: P
             "trajectories": 2,
             "splits": 1,
             "split_reasons": {"new_context": 1},
+            "context_refusals": 0,
         }
         for traj, (a, b) in zip(rec["trajectories"], [(c1, c2), (c3, c4)], strict=True):
             assert traj["prompt_ids"] == a["prompt_ids"]

@@ -114,7 +114,7 @@ async def test_multi_turn_with_tools_merges_into_one_trajectory(chat: ChatFormat
         c1, c2, c3 = rec["calls"]
         assert c2["base_call_id"] == c1["id"] and c3["base_call_id"] == c2["id"]
         assert c3["prompt_ids"][: len(c2["prompt_ids"]) + len(odd)] == c2["prompt_ids"] + odd
-        assert rec["stats"] == {"calls": 3, "trajectories": 1, "splits": 0, "split_reasons": {}}
+        assert rec["stats"] == {"calls": 3, "trajectories": 1, "splits": 0, "split_reasons": {}, "context_refusals": 0}
         (traj,) = rec["trajectories"]
         assert traj["prompt_ids"] == c1["prompt_ids"]
         assert traj["prompt_ids"] + traj["response_ids"] == c3["prompt_ids"] + c3["completion_ids"]

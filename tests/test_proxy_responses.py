@@ -158,7 +158,7 @@ async def test_function_calls_and_outputs_round_trip_into_one_trajectory(
         rec = await record(client, s["id"])
         c1, c2, c3 = rec["calls"]
         assert c2["base_call_id"] == c1["id"] and c3["base_call_id"] == c2["id"]
-        assert rec["stats"] == {"calls": 3, "trajectories": 1, "splits": 0, "split_reasons": {}}
+        assert rec["stats"] == {"calls": 3, "trajectories": 1, "splits": 0, "split_reasons": {}, "context_refusals": 0}
         (traj,) = rec["trajectories"]
         sampled = [t for t, m in zip(traj["response_ids"], traj["response_mask"], strict=True) if m]
         assert sampled == c1["completion_ids"] + c2["completion_ids"] + c3["completion_ids"]

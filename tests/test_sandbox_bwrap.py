@@ -193,3 +193,27 @@ async def test_many_sandboxes_filling_at_once_use_a_few_host_threads(tmp_path: P
     assert texts == [f"X = {k}\nX = 19\n" for k in range(48)]
     host = [t for t in threading.enumerate() if t.name.startswith("coderl-host")]
     assert 1 <= len(host) <= HOST_POOL._max_workers == 8
+
+
+async def test_host_paths_are_read_only_inside_even_under_a_private_folder(tmp_path: Path) -> None:
+    private = tmp_path / "home"  # mode 700, as /root is: the sandbox's own uid could not reach it
+    tool = private / "tools"
+    tool.mkdir(parents=True)
+    private.chmod(0o700)
+    (tool / "hello.sh").write_text("echo hello from the host\n")
+    async with await create_sandbox(SandboxSpec(host_paths=[str(tool)])) as sb:
+        r = await sb.exec(f"sh {tool}/hello.sh && touch {tool}/new")
+        assert r.stdout.strip() == "hello from the host" and r.exit_code != 0 and "Read-only" in r.stderr
+    assert not (tool / "new").exists()
+
+
+async def test_a_host_path_that_does_not_exist_or_is_relative_is_named() -> None:
+    from pydantic import ValidationError
+
+    from coderl.errors import SandboxError
+
+    with pytest.raises(SandboxError, match=r"sandbox\.host_paths: /nowhere/at-all does not exist"):
+        async with await create_sandbox(SandboxSpec(host_paths=["/nowhere/at-all"])) as sb:
+            await sb.exec("true")
+    with pytest.raises(ValidationError, match="'tools' is not an absolute path"):
+        SandboxSpec(host_paths=["tools"])

@@ -48,6 +48,8 @@ class AgentContext:
     trained), e.g. ``<tool_call>\n`` to steer a small model into the tool-call format."""
     remote_command: str = ""
     """The ``remote`` loop's agent program (a shell command run in the task's sandbox)."""
+    remote_setup: str = ""
+    """The ``remote`` loop's set-up, a host command run once per process (:mod:`coderl.agents.remote_setup`)."""
     remote_timeout_s: float = 1800.0
     """Wall-clock limit of the ``remote`` loop's agent program."""
     remote_model: str = "coderl"

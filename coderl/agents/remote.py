@@ -4,7 +4,11 @@ For each rollout: a recording proxy (:mod:`coderl.proxy`) is started on loopback
 rollout's engine, with one session; the task's snapshot (starting state committed to git) goes into a
 sandbox; ``rollout.remote_command`` runs there with ``OPENAI_BASE_URL`` / ``OPENAI_API_KEY`` /
 ``ANTHROPIC_BASE_URL`` / ``ANTHROPIC_API_KEY`` pointing at the session, the task text in
-``CODERL_TASK`` (and the file ``$CODERL_TASK_FILE``) and the served model name in ``CODERL_MODEL``.
+``CODERL_TASK`` (and the file ``$CODERL_TASK_FILE``), the served model name in ``CODERL_MODEL``, and the
+rollout's per-call output cap and context (``CODERL_MAX_TOKENS`` = ``rollout.max_tokens``,
+``CODERL_CONTEXT_TOKENS`` = ``rollout.max_context_tokens``) for agents that size their requests by them.
+The proxy caps every call at ``rollout.max_tokens``, whatever the agent asks. ``rollout.remote_setup``
+runs once per process on the host first (:mod:`coderl.agents.remote_setup`).
 When the program exits, the session's calls are merged into trajectories (token-exact: the proxy
 records the ids the engine sampled), the patch is the repository's diff, and the trajectory with the
 most model tokens is returned with the others - a sub-agent's, a compacted history's - as its
@@ -26,6 +30,7 @@ from typing import Any
 
 from coderl.agents.base import AgentContext, AgentLoop
 from coderl.agents.baseline import GIT_BASELINE, git_patch
+from coderl.agents.remote_setup import ensure_setup
 from coderl.engine.base import BorrowedEngine, Engine
 from coderl.errors import AgentError, SandboxError
 from coderl.loopback import serve_in_loop
@@ -50,7 +55,13 @@ async def local_proxy(engine: Engine, ctx: AgentContext, folder: Path) -> AsyncI
     from coderl.proxy.app import create_app
     from coderl.proxy.config import ProxyConfig
 
-    cfg = ProxyConfig(port=0, db=folder / "record.sqlite", admin_token="unused-" + folder.name)
+    # rollout.max_tokens bounds every call: those that set no cap (Codex CLI) and those that ask for more
+    # than it (Claude Code asks for 32,000)
+    cap = ctx.sampling.max_tokens
+    cfg = ProxyConfig(
+        port=0, db=folder / "record.sqlite", admin_token="unused-" + folder.name,
+        default_max_tokens=cap, max_tokens_cap=cap,
+    )  # fmt: skip
     app = create_app(cfg, _Borrowed(engine), ctx.chat, model_name=ctx.remote_model)
     async with serve_in_loop(app) as url:
         yield app.state.service, url
@@ -69,6 +80,7 @@ class RemoteLoop(AgentLoop):
                     "rollout.agent=remote needs rollout.remote_command, the agent program to run "
                     "(e.g. coderl/configs/remote_mini_swe_agent.yaml)"
                 )
+            await ensure_setup(ctx.remote_setup)
             with tempfile.TemporaryDirectory(prefix="coderl-remote-") as tmp:
                 async with local_proxy(ctx.engine, ctx, Path(tmp)) as (service, url):
                     row, secret = service.create_session({"task_id": task.id, "group_id": ctx.group_id})
@@ -80,6 +92,8 @@ class RemoteLoop(AgentLoop):
                         "ANTHROPIC_BASE_URL": root, "ANTHROPIC_API_KEY": secret,
                         "CODERL_TASK": task.instruction, "CODERL_TASK_FILE": f"{sb.spec.workdir}/{TASK_FILE}",
                         "CODERL_MODEL": ctx.remote_model,
+                        "CODERL_MAX_TOKENS": str(ctx.sampling.max_tokens),
+                        "CODERL_CONTEXT_TOKENS": str(ctx.limits.max_context_tokens),
                     }  # fmt: skip
                     t0 = time.perf_counter()
                     result = await sb.exec(ctx.remote_command, timeout=ctx.remote_timeout_s, env=env)
@@ -97,6 +111,20 @@ class RemoteLoop(AgentLoop):
             elif result.exit_code != 0:
                 tail = (result.stderr or result.stdout)[-500:]
                 traj.exit_status, traj.error = "error", f"agent command exited {result.exit_code}: {tail}"
+                calls = record["calls"]
+                if record["stats"].get("context_refusals"):
+                    traj.exit_status = "context_limit"  # the agent's prompt outgrew the model's context
+                    traj.error = (
+                        f"agent command exited {result.exit_code} after the proxy refused a prompt longer than "
+                        f"the model's context: {tail}"
+                    )
+                elif calls and calls[-1].get("finish_reason") == "length":
+                    # e.g. the Codex CLI ends its run when a reply comes back incomplete (max_output_tokens)
+                    traj.exit_status = "token_limit"
+                    traj.error = (
+                        f"agent command exited {result.exit_code} after the model's last reply was cut at its "
+                        f"output cap (rollout.max_tokens={ctx.sampling.max_tokens} unless the agent set one): {tail}"
+                    )
             else:
                 traj.exit_status = "submitted"
             traj.patch = patch

@@ -38,7 +38,7 @@ from coderl.engine.runner import Chunk, DecodeStep, ModelRunner
 from coderl.engine.sampler import SampleRequest, sample
 from coderl.engine.stops import StopWatch
 from coderl.engine.weights import load_weights
-from coderl.errors import EngineError, EngineUnavailableError
+from coderl.errors import EngineError, EngineUnavailableError, PromptTooLongError
 from coderl.threads import in_own_thread
 from coderl.types import Completion
 
@@ -247,10 +247,7 @@ class EmbeddedEngine(Engine):
         if not prompt_ids:
             raise EngineError("prompt_ids is empty; a prompt needs at least one token")
         if len(prompt_ids) >= self.max_model_len:
-            raise EngineError(
-                f"prompt of {len(prompt_ids)} tokens leaves no room to generate within max_model_len="
-                f"{self.max_model_len}; shorten the prompt or raise engine.max_model_len"
-            )
+            raise PromptTooLongError(len(prompt_ids), self.max_model_len, runner.max_position)
         bad = [t for t in prompt_ids if not 0 <= t < runner.vocab_size]
         if bad:
             raise EngineError(f"token id {bad[0]} is outside the vocabulary [0, {runner.vocab_size})")

@@ -42,7 +42,9 @@ class Block(Lenient):
 
 
 class AnthropicMessage(Lenient):
-    role: Literal["user", "assistant"]
+    role: Literal["user", "assistant", "system"]
+    """``system`` inside ``messages`` is not in Anthropic's documented API, but Claude Code sends such
+    entries (its environment notes); they are rendered as system messages where they stand."""
     content: str | list[Block]
 
 
@@ -81,6 +83,9 @@ def to_openai_messages(body: MessagesRequest) -> list[Message]:
     for msg in body.messages:
         if isinstance(msg.content, str):
             out.append({"role": msg.role, "content": msg.content})
+            continue
+        if msg.role == "system":
+            out.append({"role": "system", "content": "".join(_block_text(b) for b in msg.content)})
             continue
         texts: list[str] = []
         calls: list[dict[str, Any]] = []

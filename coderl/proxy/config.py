@@ -32,6 +32,9 @@ class ProxyConfig(Section):
     """Base URL handed out to agents; empty = http://<host>:<port>."""
     default_max_tokens: int = Field(1024, ge=1)
     """max_tokens of a request that sets none (Anthropic requires one; OpenAI does not)."""
+    max_tokens_cap: int | None = Field(None, ge=1)
+    """The most tokens any call may generate; a request asking more gets this many (empty = no cap but
+    the engine's context). The remote agent loop sets it to rollout.max_tokens."""
     model_name: str = ""
     """Model name reported by /models and in responses; empty = the served checkpoint's name."""
     retry_after_s: int = Field(1, ge=0)

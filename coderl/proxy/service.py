@@ -25,7 +25,13 @@ from coderl.chat import ChatFormat, parse_completion
 from coderl.engine.base import Engine
 from coderl.engine.params import SamplingParams
 from coderl.engine.stops import cut_at_stop
-from coderl.errors import ChatError, EngineError, EngineOverloadedError, EngineUnavailableError
+from coderl.errors import (
+    ChatError,
+    EngineError,
+    EngineOverloadedError,
+    EngineUnavailableError,
+    PromptTooLongError,
+)
 from coderl.proxy.auth import WRONG_SECRET, hash_secret, new_secret, new_session_id, secret_ok
 from coderl.proxy.config import ProxyConfig
 from coderl.proxy.errors import ApiError
@@ -33,6 +39,7 @@ from coderl.proxy.live import LiveCall
 from coderl.proxy.merge import CallTokens, merge_calls
 from coderl.proxy.render import Message, PriorCall, canonical_message, render_prompt
 from coderl.proxy.store import CallRow, SessionRow, Store
+from coderl.proxy.too_long import prompt_too_long_message
 from coderl.types import Completion
 
 
@@ -104,6 +111,8 @@ class ProxyService:
         self.model = model
         self._sessions: dict[str, SessionRow] = {}
         self._history: dict[str, list[CallRow]] = {}
+        self._over_context: dict[str, int] = {}
+        """session -> calls refused because the prompt left no room in the context (this process only)."""
         self._in_flight: dict[tuple[str, str], tuple[str, asyncio.Future[CallRow]]] = {}
         self._answering: set[asyncio.Future[tuple[CallRow, bool]]] = set()
         self.stopping = False
@@ -212,7 +221,7 @@ class ProxyService:
             "calls": [c.public() for c in calls],
             "trajectories": trajectories,
             "splits": merged.splits,
-            "stats": merged.stats(),
+            "stats": {**merged.stats(), "context_refusals": self._over_context.get(session_id, 0)},
         }
 
     # ------------------------------------------------------------------ calls
@@ -339,6 +348,9 @@ class ProxyService:
         t_render = time.perf_counter()
         try:
             params = req.params.model_copy(update={"stop": req.stop}) if req.stop else req.params
+            cap = self.cfg.max_tokens_cap
+            if cap is not None and params.max_tokens > cap:
+                params = params.model_copy(update={"max_tokens": cap})
             if req.live is not None:
                 req.live.prompt_tokens = len(prompt_ids)
                 c = await self.engine.generate_streaming(prompt_ids, params, req.live.tokens, session_id=session.id)
@@ -348,6 +360,10 @@ class ProxyService:
             raise self._retry_error(429, f"the engine is overloaded: {exc}") from None
         except EngineUnavailableError as exc:
             raise self._retry_error(503, f"the engine is unavailable: {exc}") from None
+        except PromptTooLongError as exc:
+            self._over_context[session.id] = self._over_context.get(session.id, 0) + 1
+            msg = prompt_too_long_message(exc, self.chat, req.messages, req.tools)
+            raise ApiError(400, msg, param="messages", code="context_length_exceeded") from None
         except EngineError as exc:
             raise ApiError(400, f"the engine refused the request: {exc}") from None
         t_engine = time.perf_counter()

@@ -33,7 +33,12 @@ class RolloutConfig(Section):
     remote_command: str = ""
     """agent=remote: the agent program, a shell command run in the task's sandbox with OPENAI_BASE_URL /
     OPENAI_API_KEY / ANTHROPIC_BASE_URL / ANTHROPIC_API_KEY set to its own proxy session, the task in
-    $CODERL_TASK and $CODERL_TASK_FILE, the model name in $CODERL_MODEL (needs sandbox.network=true)."""
+    $CODERL_TASK and $CODERL_TASK_FILE, the model name in $CODERL_MODEL, max_tokens and
+    max_context_tokens in $CODERL_MAX_TOKENS and $CODERL_CONTEXT_TOKENS (needs sandbox.network=true)."""
+    remote_setup: str = ""
+    """agent=remote: a shell command run once per process on the host before the first rollout, e.g.
+    installing the agent program where it is missing (`command -v codex || npm install -g ...`); if it
+    fails, every rollout fails with its exit status and output."""
     tools: list[str] | None = None
     """Tool-using loops (tool, swe): the tools offered, by name, e.g. [bash] (empty = all of the loop's
     tools). A small model does better with a short prompt and one way to act."""

@@ -81,6 +81,7 @@ class ContextFactory:
             baselines,
             response_prefix=r.response_prefix,
             remote_command=r.remote_command,
+            remote_setup=r.remote_setup,
             remote_timeout_s=r.remote_timeout_s,
             tools=r.tools,
             defer_close=defer_close,

@@ -36,6 +36,7 @@ from coderl.sandbox.hostsetup import (
     mount_tmpfs,
     python_binds,
     python_path_dirs,
+    reachable_source,
     remove_tree,
     state_dir,
     sweep_stale_workspaces,
@@ -130,6 +131,10 @@ class BwrapSandbox(LocalSandbox):
         # After /tmp: a virtualenv made under /tmp (mktemp -d) would be hidden by the private /tmp.
         for source, inside in python_binds():
             args += ["--ro-bind", str(source), str(inside)]
+        for path in s.host_paths:
+            if not Path(path).exists():
+                raise SandboxError(f"sandbox.host_paths: {path} does not exist on this host")
+            args += ["--ro-bind", str(reachable_source(Path(path))), path]
         args += ["--bind", str(workspace), s.workdir]
         ws = HostWorkspace(workspace, self._uid(), self._uid())
         for mount_point, sub in s.mounts.items():

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from coderl.section import Section
 
@@ -51,6 +51,19 @@ class SandboxSpec(Section):
     """Environment variables of every exec (the host environment is never passed in)."""
     mounts: dict[str, str] = {}
     """Extra writable paths inside the sandbox backed by workspace sub-folders, e.g. {'/tests': '.harbor/tests'} (bwrap)."""
+    host_paths: list[str] = []
+    """Host folders (absolute paths) bound read-only at the same path inside the sandbox, e.g. an agent
+    program installed outside /usr such as ~/.nvm or a cache folder (bwrap, docker; the process backend
+    sees the whole host anyway). A path that does not exist is an error when the sandbox starts."""
+
+    @field_validator("host_paths")
+    @classmethod
+    def _absolute(cls, paths: list[str]) -> list[str]:
+        for path in paths:
+            if not path.startswith("/") or ".." in Path(path).parts:
+                raise ValueError(f"sandbox.host_paths: {path!r} is not an absolute path without '..'")
+        return paths
+
     image: str = "python:3.11-slim"
     """Container image (docker backend)."""
     remote_url: str | None = None

@@ -72,6 +72,10 @@ class DockerSandbox(Sandbox):
         ]  # fmt: skip
         if not s.network:
             args += ["--network", "none"]
+        for path in s.host_paths:
+            if not Path(path).exists():
+                raise SandboxError(f"sandbox.host_paths: {path} does not exist on this host")
+            args += ["--volume", f"{path}:{path}:ro"]
         await self._check(*args, s.image, "sleep", "infinity", timeout=300)
         self._started = True
         await self._check("exec", self.name, "mkdir", "-p", s.workdir)

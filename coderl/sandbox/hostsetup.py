@@ -168,12 +168,14 @@ def python_binds() -> list[tuple[Path, Path]]:
     prefixes += site_dirs_outside(sys.path, prefixes)
     binds: list[tuple[Path, Path]] = []
     for prefix in prefixes:
-        source = prefix
-        if is_root() and not _traversable_by_others(prefix):
-            source = host_view(prefix)
-        binds.append((source, prefix))
+        binds.append((reachable_source(prefix), prefix))
     _BINDS = binds
     return binds
+
+
+def reachable_source(path: Path) -> Path:
+    """``path``, or a read-only view of it an unprivileged uid can reach (see :func:`host_view`)."""
+    return host_view(path) if is_root() and not _traversable_by_others(path) else path
 
 
 def host_view(prefix: Path) -> Path:

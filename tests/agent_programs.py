@@ -1,0 +1,81 @@
+"""Agent programs from npm, installed at a pinned version once per machine for the compatibility tests.
+
+Each goes under the coderl cache (``npm install --prefix``), never into the system; a test whose
+program cannot be installed (no npm, no registry) is skipped with the reason."""
+
+from __future__ import annotations
+
+import fcntl
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from coderl.agents import AgentContext
+from coderl.chat import ChatFormat
+from coderl.checkpoint import cache_root
+from coderl.config import load_config
+from coderl.config.packaged import packaged_config
+from coderl.engine.base import Engine
+from coderl.engine.params import SamplingParams
+from coderl.sandbox import SandboxSpec, create_sandbox
+from coderl.types import Task
+
+CODEX = ("@openai/codex", "0.171.0", "codex")
+"""Codex CLI: package, pinned version, the program's name."""
+CLAUDE_CODE = ("@anthropic-ai/claude-code", "2.1.332", "claude")
+
+
+def npm_program(package: str, version: str, name: str) -> Path:
+    """The installed program (its ``node_modules/.bin`` entry); installs it first where missing."""
+    root = cache_root() / "npm" / f"{package.strip('@').replace('/', '-')}-{version}"
+    exe = root / "node_modules" / ".bin" / name
+    if exe.exists():
+        return exe
+    npm = shutil.which("npm")
+    if npm is None:
+        pytest.skip(f"{package}@{version} needs npm, which is not installed (apt-get install -y npm)")
+    root.parent.mkdir(parents=True, exist_ok=True)
+    with open(root.parent / ".lock", "w") as lock:  # one install at a time on this machine
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if exe.exists():
+            return exe
+        partial = root.with_name(root.name + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        partial.mkdir()
+        try:
+            r = subprocess.run(
+                [npm, "install", "--prefix", str(partial), "--no-audit", "--no-fund", f"{package}@{version}"],
+                capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL, check=False,
+            )  # fmt: skip
+        except subprocess.TimeoutExpired:
+            pytest.skip(f"npm install {package}@{version} ran past 600 s")
+        if r.returncode != 0:
+            shutil.rmtree(partial, ignore_errors=True)
+            pytest.skip(f"npm install {package}@{version} failed: {(r.stderr or r.stdout).strip()[-300:]}")
+        partial.rename(root)  # whole or not at all: a killed install leaves only the .partial folder
+    return exe
+
+
+def recipe_ctx(
+    recipe: str, program: tuple[str, str, str], engine: Engine, tokenizer: Any, max_tokens: int
+) -> AgentContext:
+    """A packaged remote recipe's command and sandbox keys, with its program from the pinned install
+    (bound read-only into the sandbox and first on its PATH) and ``rollout.max_tokens=max_tokens``."""
+    cfg = load_config(str(packaged_config(recipe)))
+    bin_dir = npm_program(*program).parent
+    prefix = str(bin_dir.parent.parent)  # the install's root: .bin links into node_modules
+
+    async def make_sandbox(t: Task, *, warm: bool = False):  # type: ignore[no-untyped-def]
+        spec = cfg.sandbox.model_dump() | {
+            "workspace": t.repo, "workdir": t.workdir, "host_paths": [prefix],
+            "env": {"PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin"},
+        }  # fmt: skip
+        return await create_sandbox(SandboxSpec.model_validate(spec), warm=warm)
+
+    return AgentContext(
+        engine, ChatFormat(tokenizer), SamplingParams(max_tokens=max_tokens), make_sandbox, group_id="g1",
+        remote_command=cfg.rollout.remote_command, remote_timeout_s=300,
+    )  # fmt: skip
