@@ -16,7 +16,7 @@ from coderl.engine.embedded import EmbeddedEngine
 from coderl.errors import ConfigError, ModelError
 from coderl.train.actor import Actor
 from coderl.train.config import ActorConfig
-from coderl.train.packing import pack, shared_prefixes, split_micro_batches
+from coderl.train.packing import pack, prefix_sources, split_micro_batches
 from tests.conftest import hf_logprobs
 
 ANSWERS = [
@@ -67,8 +67,10 @@ def test_micro_batch_split_and_batch_checks() -> None:
     # padded cost = rows x longest row: [4, 1] costs 8, adding a 4 costs 12
     assert split_micro_batches([5, 2, 5], 8, padded=True) == [[0, 1], [2]]
     # a sequence sharing 3 tokens with the one before costs 3 less, but only in that one's group
-    assert split_micro_batches([5, 5, 5], 8, shared=[0, 3, 3]) == [[0, 1, 2]]
-    assert split_micro_batches([5, 5, 5], 5, shared=[0, 3, 3]) == [[0, 1], [2]]
+    assert split_micro_batches([5, 5, 5], 8, sources=[(-1, 0), (0, 3), (1, 3)]) == [[0, 1, 2]]
+    assert split_micro_batches([5, 5, 5], 5, sources=[(-1, 0), (0, 3), (1, 3)]) == [[0, 1], [2]]
+    # a prefix whose source is in an earlier micro-batch is forwarded again
+    assert split_micro_batches([5, 5, 5], 5, sources=[(-1, 0), (0, 3), (0, 3)]) == [[0, 1], [2]]
     actor = Actor(ActorConfig(device="cpu"))
     with pytest.raises(ConfigError, match="start"):
         actor.score([[1, 2, 3]], [0], 1.0)
@@ -407,13 +409,14 @@ def test_pack_lays_a_shared_prompt_out_once() -> None:
     prompt = list(range(100, 120))  # 20 tokens: the first 19 (unscored) can be shared
     seqs = [prompt + [1, 2], prompt + [3], list(range(200, 230)) + [4], prompt + [5, 6]]
     starts = [20, 20, 30, 20]
-    assert shared_prefixes(seqs, starts) == [0, 19, 0, 0]  # only consecutive samples share
+    # each reuses the longest prefix it has with one before it (past an unrelated one, too)
+    assert prefix_sources(seqs, starts) == [(-1, 0), (0, 19), (-1, 0), (1, 19)]
     batch = pack(seqs, starts, torch.device("cpu"), share_prefix=True)
-    prefix = (0, 19)
-    assert batch.spans[:3] == [(0, 19, None), (19, 21, prefix), (21, 22, prefix)]
-    assert batch.positions[19:22].tolist() == [19, 20, 19]  # the positions each token had unshared
-    assert batch.num_tokens == 19 + 2 + 1 + 30 + 21
-    assert batch.input_ids[batch.scored_rows].tolist()[:3] == [119, 1, 119]  # rows that predict 1, 2, 3
+    shared = ((0, 19),)
+    assert batch.spans == [(0, 21, None), (21, 22, shared), (22, 52, None), (52, 54, shared)]
+    assert batch.positions[21:22].tolist() == [19] and batch.positions[52:54].tolist() == [19, 20]
+    assert batch.num_tokens == 21 + 1 + 30 + 2
+    assert batch.input_ids[batch.scored_rows].tolist() == [119, 1, 119, 229, 119, 5]  # rows predicting 1..6
     assert batch.targets.tolist() == [1, 2, 3, 4, 5, 6] and batch.counts == [2, 1, 1, 2]
 
 
@@ -422,14 +425,45 @@ def test_samples_of_different_tasks_share_their_common_system_prompt() -> None:
     a, b = system + [1, 2, 3], system + [4, 5]  # two tasks' prompts
     seqs = [a + [7], a + [8, 9], b + [7], b + [6], system[:10] + [0] * 12 + [5]]
     starts = [23, 23, 22, 22, 23]
-    # a GRPO group shares its whole prompt; the next task ends that chain and leads a new one
-    assert shared_prefixes(seqs, starts) == [0, 22, 0, 21, 0]
+    # a GRPO group shares its whole prompt, the next task the system prompt, then its own prompt
+    assert prefix_sources(seqs, starts) == [(-1, 0), (0, 22), (1, 20), (2, 21), (-1, 0)]
     tasks = [a + [7], b + [7], system + [9, 9, 9, 9] + [8]]
-    assert shared_prefixes(tasks, [23, 22, 24]) == [0, 20, 20]  # one chain: the system prompt
+    assert prefix_sources(tasks, [23, 22, 24]) == [(-1, 0), (0, 20), (1, 20)]  # the system prompt
     batch = pack(tasks, [23, 22, 24], torch.device("cpu"), share_prefix=True)
     assert batch.num_tokens == 20 + 3 + 2 + 4  # the prefix once, then what each adds (less its last token)
     assert batch.targets.tolist() == [7, 7, 8] and batch.input_ids[batch.scored_rows].tolist() == [3, 5, 9]
-    assert shared_prefixes([a + [7], a[:15] + [0] * 8 + [7]], [23, 23]) == [0, 0]  # under MIN_SHARED_PREFIX
+    assert prefix_sources([a + [7], a[:15] + [0] * 8 + [7]], [23, 23]) == [(-1, 0), (-1, 0)]  # under the minimum
+
+
+def rewritten_rollout(system: list[int], turns: list[tuple[list[int], list[int]]], reminder: list[int]) -> tuple[list[list[int]], list[int]]:
+    """The sequences of one rollout whose agent adds ``reminder`` to its newest user message and removes
+    it on the next turn (aider): turn k's prompt is the history so far, the k-th user message and the
+    reminder; each turn is a sequence of its own. Returns the sequences and their scoring starts."""
+    seqs, starts, history = [], [], list(system)
+    for user, reply in turns:
+        prompt = history + user + reminder
+        seqs.append(prompt + reply)
+        starts.append(len(prompt))
+        history += user + reply
+    return seqs, starts
+
+
+def test_the_sequences_of_a_rollout_with_a_rewritten_history_forward_the_history_once() -> None:
+    system, reminder = list(range(100, 140)), [7, 7, 7]
+    turns = [(list(range(200 + 10 * k, 208 + 10 * k)), list(range(500 + 10 * k, 506 + 10 * k))) for k in range(4)]
+    seqs, starts = rewritten_rollout(system, turns, reminder)
+    # each turn reuses the previous one up to its reminder: 40 + 8, then 40 + 14 + 8, ...
+    assert prefix_sources(seqs, starts) == [(-1, 0), (0, 48), (1, 62), (2, 76)]
+    batch = pack(seqs, starts, torch.device("cpu"), share_prefix=True)
+    unshared = sum(len(q) - 1 for q in seqs)
+    assert batch.num_tokens == unshared - (48 + 62 + 76)
+    # the last turn's prefix is laid out in three places: turn 1's rows, then turn 2's and turn 3's own
+    assert batch.spans[3][2] is not None and len(batch.spans[3][2]) == 3
+    assert sum(b - a for a, b in batch.spans[3][2]) == 76
+    plain = pack(seqs, starts, torch.device("cpu"))
+    assert batch.targets.tolist() == plain.targets.tolist()
+    assert batch.input_ids[batch.scored_rows].tolist() == plain.input_ids[plain.scored_rows].tolist()
+    assert batch.positions[batch.scored_rows].tolist() == plain.positions[plain.scored_rows].tolist()
 
 
 @pytest.mark.slow
@@ -438,6 +472,15 @@ def test_shared_prefix_forward_equals_the_unshared_one(chat_prompts: list[list[i
     prompt = chat_prompts[2]
     sequences = [prompt + a for a in answers] + [chat_prompts[0] + answers[1]]
     starts = [len(prompt)] * len(answers) + [len(chat_prompts[0])]
+    # and a rollout whose history was rewritten each turn: prefixes laid out over several segments
+    reminder = tokenizer("Reply with one command.", add_special_tokens=False)["input_ids"]
+    user = [tokenizer(q, add_special_tokens=False)["input_ids"] for q in ("Then?", "And now?", "Last one.")]
+    rollout, rollout_starts = rewritten_rollout(chat_prompts[1], list(zip(user, answers, strict=False)), reminder)
+    assert len(rollout) == 3 and [n for _, n in prefix_sources(rollout, rollout_starts)][1:] == [
+        len(chat_prompts[1]) + len(user[0]),
+        len(chat_prompts[1]) + len(user[0]) + len(answers[0]) + len(user[1]),
+    ]
+    sequences, starts = sequences + rollout, starts + rollout_starts
     shared, plain = make_actor(share_prefix=True), make_actor(share_prefix=False)
     for a, b in zip(shared.score(sequences, starts, 1.0), plain.score(sequences, starts, 1.0), strict=True):
         assert torch.allclose(a.logprobs, b.logprobs, atol=FP32_ATOL, rtol=0)

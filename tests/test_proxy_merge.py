@@ -7,8 +7,10 @@ import pytest
 from coderl.proxy.merge import CallTokens, common_prefix_len, merge_calls
 
 
-def call(cid: int, prompt: list[int], completion: list[int], version: int = 0) -> CallTokens:
-    return CallTokens(cid, prompt, completion, [-float(t) / 100 for t in completion], version)
+def call(
+    cid: int, prompt: list[int], completion: list[int], version: int = 0, head: str | None = None
+) -> CallTokens:
+    return CallTokens(cid, prompt, completion, [-float(t) / 100 for t in completion], version, head)
 
 
 def test_common_prefix_len() -> None:
@@ -90,7 +92,32 @@ def test_sub_agent_in_between_does_not_break_the_main_trajectory() -> None:
     assert merged.call_ids == [[1, 4], [2, 3]]
     assert merged.trajectories[0].response_ids == [3, 60, 61]
     assert merged.trajectories[0].response_mask == [1, 0, 1]
+    assert merged.splits == [{"call_id": 2, "reason": "sub_agent"}]  # the main agent went on after it
+
+
+def test_a_new_conversation_that_nothing_follows_is_a_new_context() -> None:
+    merged = merge_calls([call(1, [1, 2], [3]), call(2, [50, 51], [52]), call(3, [50, 51, 52, 53], [54])])
     assert merged.splits == [{"call_id": 2, "reason": "new_context"}]
+
+
+def test_the_same_request_again_is_a_retry() -> None:
+    first = call(1, [1, 2, 3], [10, 11])
+    assert merge_calls([first, call(2, [1, 2, 3], [12])]).splits == [{"call_id": 2, "reason": "retry"}]
+
+
+def test_a_rewritten_message_under_the_same_system_prompt_is_a_rewritten_history() -> None:
+    # aider: turn 1's user message ends with a reminder (7, 7); turn 2 sends it without, then its reply
+    system, user1, reminder = [1, 2, 3], [20, 21], [7, 7]
+    turn1 = call(1, system + user1 + reminder, [10, 11], head="system: fix bugs")
+    turn2 = call(2, system + user1 + [10, 11, 30] + reminder, [12], head="system: fix bugs")
+    merged = merge_calls([turn1, turn2])
+    assert merged.splits == [{"call_id": 2, "reason": "history_rewritten"}]
+    # the same tokens with another first message are another conversation
+    other = call(2, turn2.prompt_ids, [12], head="system: summarise")
+    assert merge_calls([turn1, other]).splits == [{"call_id": 2, "reason": "new_context"}]
+    assert merge_calls([call(1, turn1.prompt_ids, [10, 11]), call(2, turn2.prompt_ids, [12])]).splits == [
+        {"call_id": 2, "reason": "new_context"}
+    ]  # no messages known (completions calls): the tokens alone cannot tell
 
 
 def test_longest_extendable_trajectory_wins() -> None:

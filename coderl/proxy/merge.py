@@ -6,14 +6,20 @@ A call extends a trajectory when its prompt starts with that trajectory's whole 
 completion with mask 1 and the engine's logprobs. A call that extends no trajectory starts a new one,
 and the split is counted with a reason, judged against the trajectory extended last:
 
+- ``retry``: the same prompt as that trajectory's latest call (the agent sent the request again, e.g.
+  after a reply it could not use);
 - ``reply_rewritten``: the previous prompt is intact but the model's reply is not (the agent edited it);
 - ``reply_dropped``: the previous prompt is intact up to its generation prompt (the opening of the
   assistant's turn) and goes on with other messages: the agent dropped the reply (a malformed one,
   typically) and carried on without it;
-- ``new_context``: the prompt leaves the trajectory's first prompt (another system prompt or task: a
-  sub-agent, a new conversation);
+- ``history_rewritten``: the prompt keeps the conversation's first message (its system prompt) but
+  leaves the history: the agent rewrote a message it had sent (aider adds a format reminder to its
+  newest user message and removes it on the next turn), or any other edit that is not a compaction;
 - ``compaction``: the prompt leaves the history and is shorter than it (summarised / truncated);
-- ``history_rewritten``: the prompt leaves the history otherwise.
+- ``new_context``: the prompt leaves the trajectory's first prompt and has another first message (or
+  no messages are known, as for completions calls): another conversation;
+- ``sub_agent``: a ``new_context`` after which an earlier trajectory goes on (the main agent resumed
+  once its sub-agent was done).
 
 When several trajectories could be extended (a sub-agent ran in between), the longest context wins, so
 the main agent resumes its own trajectory. Nothing is ever spliced that is not an exact token prefix.
@@ -37,6 +43,9 @@ class CallTokens:
     completion_ids: list[int]
     logprobs: list[float]
     policy_version: int = 0
+    head: str | None = None
+    """The request's first message in canonical form (its system prompt, typically); None when the
+    call had no messages (completions)."""
 
 
 @dataclass
@@ -74,10 +83,17 @@ def _context(traj: Trajectory) -> list[int]:
 
 
 def split_reason(
-    prompt: list[int], traj: Trajectory, last_prompt: list[int], generation_prompt: list[int] | None = None
+    prompt: list[int],
+    traj: Trajectory,
+    last_prompt: list[int],
+    generation_prompt: list[int] | None = None,
+    same_head: bool = False,
 ) -> str:
     """Why ``prompt`` does not extend ``traj`` (whose latest call had prompt ``last_prompt``);
-    ``generation_prompt``: the chat template's opening of an assistant turn, if known."""
+    ``generation_prompt``: the chat template's opening of an assistant turn, if known; ``same_head``:
+    the call's first message is the trajectory's (known only for calls made with messages)."""
+    if prompt == last_prompt:
+        return "retry"
     context = _context(traj)
     shared = common_prefix_len(prompt, context)
     if shared >= len(last_prompt):
@@ -87,7 +103,7 @@ def split_reason(
         conversation = len(last_prompt) - opening
         if len(prompt) > conversation and prompt[:conversation] == last_prompt[:conversation]:
             return "reply_dropped"
-    if shared < len(traj.prompt_ids):
+    if shared < len(traj.prompt_ids) and not same_head:
         return "new_context"
     if len(prompt) < len(context):
         return "compaction"
@@ -106,8 +122,11 @@ def merge_calls(
     members: list[list[int]] = []
     last_prompts: list[list[int]] = []
     splits: list[dict[str, Any]] = []
+    heads: list[str | None] = []  # each trajectory's first message
+    extended: list[int] = []  # each trajectory's latest call, by position in ``calls``
+    started: list[int] = []  # the position of the call that started each trajectory
     latest = -1  # index of the trajectory extended last
-    for call in calls:
+    for position, call in enumerate(calls):
         if len(call.logprobs) != len(call.completion_ids):
             raise ValueError(
                 f"call {call.call_id}: {len(call.logprobs)} logprobs for {len(call.completion_ids)} completion ids"
@@ -130,11 +149,13 @@ def merge_calls(
             traj.policy_version = min(traj.policy_version, call.policy_version)
             members[best].append(call.call_id)
             last_prompts[best] = call.prompt_ids
+            extended[best] = position
             latest = best
             continue
         if latest >= 0:
-            reason = split_reason(call.prompt_ids, trajs[latest], last_prompts[latest], generation_prompt)
-            splits.append({"call_id": call.call_id, "reason": reason})
+            same_head = call.head is not None and call.head == heads[latest]
+            reason = split_reason(call.prompt_ids, trajs[latest], last_prompts[latest], generation_prompt, same_head)
+            splits.append({"call_id": call.call_id, "reason": reason, "trajectory": len(trajs)})
         trajs.append(
             Trajectory(
                 task_id=task_id,
@@ -150,7 +171,14 @@ def merge_calls(
         )
         members.append([call.call_id])
         last_prompts.append(call.prompt_ids)
+        heads.append(call.head)
+        extended.append(position)
+        started.append(position)
         latest = len(trajs) - 1
+    for split in splits:  # a new conversation after which an older one went on was a sub-agent's
+        t = split.pop("trajectory")
+        if split["reason"] == "new_context" and any(extended[i] > started[t] for i in range(t)):
+            split["reason"] = "sub_agent"
     for traj, ids in zip(trajs, members, strict=True):
         traj.metrics["calls"] = float(len(ids))
         traj.metrics["sampled_tokens"] = float(sum(traj.response_mask))

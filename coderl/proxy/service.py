@@ -203,7 +203,10 @@ class ProxyService:
         row = self.session(session_id)
         calls = self.store.calls(session_id)
         merged = merge_calls(
-            [CallTokens(c.id, c.prompt_ids, c.completion_ids, c.logprobs, c.policy_version) for c in calls],
+            [
+                CallTokens(c.id, c.prompt_ids, c.completion_ids, c.logprobs, c.policy_version, _head(c))
+                for c in calls
+            ],
             session_id=session_id,
             task_id=str(row.metadata.get("task_id", "")),
             generation_prompt=self._generation_prompt,
@@ -438,3 +441,8 @@ class ProxyService:
             result=result,
             timing={},
         )
+
+
+def _head(call: CallRow) -> str | None:
+    """A call's first message in canonical form (None for completions calls, which have none)."""
+    return call.canon[0] if call.api != "completions" and call.canon else None

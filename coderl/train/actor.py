@@ -45,7 +45,7 @@ from coderl.train.packing import (
     check_batch,
     pack,
     padded_logits,
-    shared_prefixes,
+    prefix_sources,
     split_micro_batches,
 )
 
@@ -417,9 +417,9 @@ class Actor:
     def _groups(self, sequences: list[list[int]], starts: list[int]) -> list[list[int]]:
         lengths = [len(s) for s in sequences]
         sharing = self.cfg.packing and self.cfg.share_prefix
-        shared = shared_prefixes(sequences, starts) if sharing else None
+        sources = prefix_sources(sequences, starts) if sharing else None
         return split_micro_batches(
-            lengths, self.cfg.micro_batch_tokens, padded=not self.cfg.packing, shared=shared
+            lengths, self.cfg.micro_batch_tokens, padded=not self.cfg.packing, sources=sources
         )
 
     # ------------------------------------------------------------------ public API

@@ -39,8 +39,9 @@ class ActorConfig(Section):
     packing: bool = True
     """Pack sequences into one flat token matrix (no compute on padding); False = padded HF batches."""
     share_prefix: bool = True
-    """Packed forward: a prompt prefix that consecutive samples share (a GRPO group's prompt, or the
-    system prompt of different tasks) is forwarded once per micro-batch and the rest attends to it
+    """Packed forward: each sequence reuses the longest prefix it shares with one of the 32 before it
+    in its micro-batch (a GRPO group's prompt, the system prompt of different tasks, the history the
+    sequences of one rollout share when its agent rewrote it), forwarded once; the rest attends to it
     (same result up to rounding, far fewer tokens)."""
     vocab_chunk: int = Field(512, ge=1)
     """Packed forward: scored rows whose vocabulary logits are alive at once. Log-probs and entropies are

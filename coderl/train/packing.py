@@ -11,13 +11,17 @@ A sequence of L tokens with scoring start s is forwarded as its first L - 1 toke
 predicts nothing that is scored); the hidden states at positions s - 1 .. L - 2 predict tokens
 s .. L - 1, and only those rows ever reach the vocabulary projection.
 
-Shared prompts (``share_prefix``): consecutive samples of one task (a GRPO group) repeat the same
-prompt, and samples of different tasks its system prompt. Within a micro-batch, the unscored prefix
-consecutive samples share (at most tokens 0 .. s - 2) is forwarded once as a segment of its own;
-each sample's remaining tokens form a segment that attends to that prefix and causally to itself, at
-the positions it would have had. Autograd sums the gradients the samples send through the shared
-prefix, so the result is the unshared computation's, up to float rounding; for a group of G samples
-with prompt P and responses R, the forward shrinks from G (P + R) to P + G R tokens.
+Shared prefixes (``share_prefix``): the samples of one task (a GRPO group) repeat the same prompt,
+samples of different tasks its system prompt, and the sequences of one rollout whose agent rewrote its
+history (each a sequence of its own, :mod:`coderl.proxy.merge`) the history up to the rewrite. Within a
+micro-batch, a sequence reuses the longest prefix it has in common with one of the sequences before it
+(at most its own unscored tokens 0 .. s - 2): those tokens are not forwarded again, and its remaining
+tokens form a segment that attends to the reused rows (wherever the earlier sequence's layout holds
+them: its own segment, or rows it reused in turn) and causally to itself, at the positions they would
+have had. Autograd sums the gradients the sequences send through the shared rows, so the result is the
+unshared computation's, up to float rounding; for a group of G samples with prompt P and responses R,
+the forward shrinks from G (P + R) to P + G R tokens, and a rollout of K sequences each rewriting the
+last message of a growing history forwards that history about once instead of K times.
 """
 
 from __future__ import annotations
@@ -35,6 +39,9 @@ from coderl.engine.decoder import AttentionShape, project_qkv, rotary
 from coderl.errors import ConfigError
 from coderl.train.vocab import DEFAULT_CHUNK, chunked_logprobs
 
+Range = tuple[int, int]
+Span = tuple[int, int, tuple[Range, ...] | None]
+
 
 @dataclass
 class PackedBatch:
@@ -42,8 +49,9 @@ class PackedBatch:
 
     input_ids: torch.Tensor  # [N]
     positions: torch.Tensor  # [N]
-    spans: list[tuple[int, int, tuple[int, int] | None]]
-    """(start, end, prefix): a segment's flat rows and the [start, end) of a shared prefix it attends to."""
+    spans: list[Span]
+    """(start, end, prefix): a segment's flat rows, and the flat [start, end) ranges of the shared
+    prefix it attends to (in position order; None: none)."""
     scored_rows: torch.Tensor  # [M]  flat rows whose hidden state predicts a scored token
     targets: torch.Tensor  # [M]  the scored tokens
     counts: list[int]  # scored tokens per sequence (sum = M)
@@ -68,67 +76,78 @@ def check_batch(sequences: list[list[int]], starts: list[int]) -> None:
 
 
 MIN_SHARED_PREFIX = 16
-"""Shortest prompt prefix worth a segment of its own."""
+"""Shortest prefix worth reusing."""
+WINDOW = 32
+"""How many sequences before it a sequence looks back at for a prefix to reuse."""
+
+Source = tuple[int, int]
+"""(j, n): a sequence's first n tokens are those of the earlier sequence j (-1, 0: none)."""
 
 
 def _common_prefix(a: list[int], b: list[int], limit: int) -> int:
-    n = 0
-    while n < limit and a[n] == b[n]:
-        n += 1
-    return n
+    """Length of the longest common prefix of ``a`` and ``b``, at most ``limit`` (slice compares run in C)."""
+    hi = max(min(limit, len(a), len(b)), 0)
+    if a[:hi] == b[:hi]:
+        return hi
+    lo = 0  # a[:lo] == b[:lo] holds, a[:hi] == b[:hi] does not
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
 
 
-def shared_prefixes(sequences: list[list[int]], starts: list[int]) -> list[int]:
-    """For each sequence, how many leading tokens it shares with the chain of sequences before it (0:
-    it leads a chain, or shares nothing). A chain's prefix is the unscored tokens (before ``start - 1``)
-    its first two sequences have in common — a whole prompt for a GRPO group, the system prompt for
-    samples of different tasks — and the chain goes on while each next sequence has that same prefix."""
-    out = [0]
-    chain = 0  # the current chain's prefix length; 0 = the previous sequence leads no chain yet
-    for i in range(1, len(sequences)):
-        seq, before = sequences[i], sequences[i - 1]
-        if chain:
-            if starts[i] - 1 >= chain and seq[:chain] == before[:chain]:
-                out.append(chain)
-            else:  # the chain ends: this sequence may lead the next one
-                chain = 0
-                out.append(0)
-            continue
-        n = _common_prefix(seq, before, min(starts[i], starts[i - 1]) - 1)
-        chain = n if n >= MIN_SHARED_PREFIX else 0
-        out.append(chain)
-    return out[: len(sequences)]
+def prefix_sources(sequences: list[list[int]], starts: list[int]) -> list[Source]:
+    """For each sequence, the earlier sequence (among the :data:`WINDOW` before it) with which it
+    shares the longest prefix, and that prefix's length: within its own unscored tokens (before
+    ``start - 1``) and the other's forwarded ones (all but its last); (-1, 0) under
+    :data:`MIN_SHARED_PREFIX`. The nearest wins a tie."""
+    out: list[Source] = []
+    for i, seq in enumerate(sequences):
+        best: Source = (-1, 0)
+        for j in range(i - 1, max(i - 1 - WINDOW, -1), -1):
+            other = sequences[j]
+            n = _common_prefix(seq, other, min(starts[i] - 1, len(other) - 1))
+            if n > best[1]:
+                best = (j, n)
+        out.append(best if best[1] >= MIN_SHARED_PREFIX else (-1, 0))
+    return out
+
+
+def _first(ranges: list[Range], n: int) -> list[Range]:
+    """The flat ranges that hold the first ``n`` tokens of a sequence laid out as ``ranges``."""
+    out: list[Range] = []
+    for a, b in ranges:
+        if n <= 0:
+            break
+        out.append((a, min(b, a + n)))
+        n -= b - a
+    return out
 
 
 def pack(
     sequences: list[list[int]], starts: list[int], device: torch.device, share_prefix: bool = False
 ) -> PackedBatch:
     """Flatten sequences (each without its last token) and index the rows that predict scored tokens;
-    with ``share_prefix``, a prompt prefix consecutive sequences share is laid out once (module doc)."""
+    with ``share_prefix``, a prefix a sequence shares with one before it is not laid out again (module doc)."""
     flat: list[int] = []
     positions: list[int] = []
-    spans: list[tuple[int, int, tuple[int, int] | None]] = []
+    spans: list[Span] = []
     rows: list[int] = []
     targets: list[int] = []
     counts: list[int] = []
-    shared = shared_prefixes(sequences, starts) if share_prefix else [0] * len(sequences)
-    prefix: tuple[int, int] | None = None
-    for i, (seq, start) in enumerate(zip(sequences, starts, strict=True)):
-        follower = i + 1 < len(sequences) and shared[i + 1] > 0
-        if shared[i] == 0:
-            prefix = None
-            if follower:  # the first of a group: its prefix becomes a segment of its own
-                n = shared[i + 1]
-                prefix = (len(flat), len(flat) + n)
-                flat.extend(seq[:n])
-                positions.extend(range(n))
-                spans.append((prefix[0], prefix[1], None))
-        skip = prefix[1] - prefix[0] if prefix is not None else 0
+    sources = prefix_sources(sequences, starts) if share_prefix else [(-1, 0)] * len(sequences)
+    layout: list[list[Range]] = []  # per sequence: the flat ranges holding its forwarded tokens, in order
+    for (seq, start), (j, n) in zip(zip(sequences, starts, strict=True), sources, strict=True):
+        prefix = _first(layout[j], n) if j >= 0 else []
         begin = len(flat)
-        flat.extend(seq[skip:-1])
-        positions.extend(range(skip, len(seq) - 1))
-        spans.append((begin, len(flat), prefix))
-        rows.extend(range(begin + start - 1 - skip, begin + len(seq) - 1 - skip))
+        flat.extend(seq[n:-1])
+        positions.extend(range(n, len(seq) - 1))
+        spans.append((begin, len(flat), tuple(prefix) or None))
+        layout.append([*prefix, (begin, len(flat))])
+        rows.extend(range(begin + start - 1 - n, begin + len(seq) - 1 - n))
         targets.extend(seq[start:])
         counts.append(len(seq) - start)
     return PackedBatch(
@@ -142,21 +161,22 @@ def pack(
 
 
 def split_micro_batches(
-    lengths: list[int], budget: int, padded: bool = False, shared: list[int] | None = None
+    lengths: list[int], budget: int, padded: bool = False, sources: list[Source] | None = None
 ) -> list[list[int]]:
     """Group consecutive sequence indices so each group's forwarded tokens fit ``budget``.
 
-    Packed groups count real tokens (less the prefix a sequence shares with the one before it in the
-    same group, ``shared`` from :func:`shared_prefixes`); padded groups count rows x longest row (what
-    is computed). A sequence longer than the budget gets a group of its own.
+    Packed groups count real tokens (less the prefix a sequence reuses from one before it in the same
+    group, ``sources`` from :func:`prefix_sources`); padded groups count rows x longest row (what is
+    computed). A sequence longer than the budget gets a group of its own.
     """
     groups: list[list[int]] = []
     current: list[int] = []
     used = longest = 0
     for i, length in enumerate(lengths):
         full = max(length - 1, 0)  # the last token is not forwarded
-        # a sequence whose prompt is already in this micro-batch adds only the rest
-        n = full - shared[i] if shared is not None and current and shared[i] else full
+        # a sequence whose prefix is already in this micro-batch adds only the rest
+        j, shared = sources[i] if sources is not None else (-1, 0)
+        n = full - shared if current and j >= current[0] else full
         cost = (len(current) + 1) * max(longest, n) if padded else used + n
         if current and cost > budget:
             groups.append(current)
@@ -245,7 +265,7 @@ class PackedDecoder:
         hidden: torch.Tensor,
         cos: torch.Tensor,
         sin: torch.Tensor,
-        spans: list[tuple[int, int, tuple[int, int] | None]],
+        spans: list[Span],
     ) -> torch.Tensor:
         n_tok = hidden.shape[0]
         attn = layer.self_attn
@@ -264,19 +284,18 @@ class PackedDecoder:
         v: torch.Tensor,
         start: int,
         end: int,
-        prefix: tuple[int, int] | None,
+        prefix: tuple[Range, ...] | None,
     ) -> torch.Tensor:
         """Attention of one segment's rows ``[n, H, D]``: causal over itself, after a shared prefix
         (every prefix key visible) when it has one."""
         keys, values = k[start:end], v[start:end]  # [n, KVH, D]
         mask: torch.Tensor | None = None
         if prefix is not None:
-            p0, p1 = prefix
-            keys = torch.cat([k[p0:p1], keys])  # [P + n, KVH, D]
-            values = torch.cat([v[p0:p1], values])  # [P + n, KVH, D]
-            n = end - start
-            mask = torch.ones(n, p1 - p0 + n, dtype=torch.bool, device=q.device)  # [n, P + n]
-            mask[:, p1 - p0 :] = torch.ones(n, n, dtype=torch.bool, device=q.device).tril()
+            keys = torch.cat([*(k[a:b] for a, b in prefix), keys])  # [P + n, KVH, D]
+            values = torch.cat([*(v[a:b] for a, b in prefix), values])  # [P + n, KVH, D]
+            n, p = end - start, sum(b - a for a, b in prefix)
+            mask = torch.ones(n, p + n, dtype=torch.bool, device=q.device)  # [n, P + n]
+            mask[:, p:] = torch.ones(n, n, dtype=torch.bool, device=q.device).tril()
         return F.scaled_dot_product_attention(  # 4-D like HF's call: the 3-D kernel rounds differently
             q[None, start:end].transpose(1, 2),  # [1, H, n, D]
             keys[None].transpose(1, 2),  # [1, KVH, S, D]
