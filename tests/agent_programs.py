@@ -8,6 +8,7 @@ from __future__ import annotations
 import fcntl
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,10 @@ from coderl.types import Task
 CODEX = ("@openai/codex", "0.171.0", "codex")
 """Codex CLI: package, pinned version, the program's name."""
 CLAUDE_CODE = ("@anthropic-ai/claude-code", "2.1.332", "claude")
+OPENCODE = ("opencode-ai", "1.18.33", "opencode")
+AGENTS_SDK = "openai-agents==0.24.0"
+AIDER = "aider-chat==0.86.2"
+"""The OpenAI Agents SDK, pinned (a pip requirement, installed in a virtualenv of its own)."""
 
 
 def npm_program(package: str, version: str, name: str) -> Path:
@@ -59,14 +64,49 @@ def npm_program(package: str, version: str, name: str) -> Path:
     return exe
 
 
+def pip_venv(requirement: str) -> Path:
+    """A virtualenv (under the coderl cache) with ``requirement`` installed, made once per machine;
+    skips the test with the reason when pip cannot install it. Never coderl's own environment: agent
+    programs pin versions of their own (aider pins ~100 packages)."""
+    root = cache_root() / "venvs" / requirement.replace("==", "-").replace("/", "-")
+    done = root / ".installed"
+    if done.exists():
+        return root
+    root.parent.mkdir(parents=True, exist_ok=True)
+    with open(root.parent / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if done.exists():
+            return root
+        shutil.rmtree(root, ignore_errors=True)  # a killed install: start again
+        steps = [
+            [sys.executable, "-m", "venv", str(root)],
+            [str(root / "bin" / "pip"), "install", "--disable-pip-version-check", "--quiet", requirement],
+        ]
+        for step in steps:
+            try:
+                r = subprocess.run(step, capture_output=True, text=True, timeout=900, stdin=subprocess.DEVNULL, check=False)
+            except subprocess.TimeoutExpired:
+                pytest.skip(f"installing {requirement} ran past 900 s")
+            if r.returncode != 0:
+                shutil.rmtree(root, ignore_errors=True)
+                pytest.skip(f"could not install {requirement}: {(r.stderr or r.stdout).strip()[-300:]}")
+        done.write_text(requirement + "\n")
+    return root
+
+
 def recipe_ctx(
-    recipe: str, program: tuple[str, str, str], engine: Engine, tokenizer: Any, max_tokens: int
+    recipe: str, program: tuple[str, str, str] | str, engine: Engine, tokenizer: Any, max_tokens: int
 ) -> AgentContext:
     """A packaged remote recipe's command and sandbox keys, with its program from the pinned install
-    (bound read-only into the sandbox and first on its PATH) and ``rollout.max_tokens=max_tokens``."""
+    (an npm package, or a pip requirement in a virtualenv; bound read-only into the sandbox and first
+    on its PATH) and ``rollout.max_tokens=max_tokens``."""
     cfg = load_config(str(packaged_config(recipe)))
-    bin_dir = npm_program(*program).parent
-    prefix = str(bin_dir.parent.parent)  # the install's root: .bin links into node_modules
+    if isinstance(program, str):
+        venv = pip_venv(program)
+        bin_dir, prefix = venv / "bin", str(venv)
+    else:
+        bin_dir = npm_program(*program).parent
+        prefix = str(bin_dir.parent.parent)  # the install's root: .bin links into node_modules
 
     async def make_sandbox(t: Task, *, warm: bool = False):  # type: ignore[no-untyped-def]
         spec = cfg.sandbox.model_dump() | {
