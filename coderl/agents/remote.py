@@ -24,6 +24,7 @@ import contextlib
 import shlex
 import tempfile
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -149,6 +150,8 @@ class RemoteLoop(AgentLoop):
             )  # fmt: skip
             for reason, n in stats.get("split_reasons", {}).items():
                 traj.metrics[f"proxy_splits/{reason}"] = float(n)
+            for api, n in Counter(str(c.get("api", "")) for c in record["calls"]).items():
+                traj.metrics[f"proxy_api/{api}"] = float(n)  # which endpoints the program used
             return traj
         except Exception as exc:  # a failed rollout is data, never an exception for the runner
             empty.exit_status, empty.error = "error", f"{type(exc).__name__}: {exc}"

@@ -113,6 +113,13 @@ def _shard(cfg: Config, ns: argparse.Namespace, console: Console) -> dict[str, A
     return bench_shard(cfg, ns.ranks, 2 if ns.quick else 4, ns.quick, console=console)
 
 
+def _agents(cfg: Config, ns: argparse.Namespace, console: Console) -> dict[str, Any]:
+    from coderl.bench.agents import bench_agents
+
+    agents = [a.strip() for a in ns.agents.split(",") if a.strip()]
+    return asyncio.run(bench_agents(cfg, agents, 1 if ns.quick else ns.tasks, console=console))
+
+
 RL_QUICK = [
     "train.steps=1", "train.val_size=2", "train.val_samples=1", "train.val_sampled=0", "sft.max_demos=4",
     "train.calibrate_tasks=2", "train.calibrate_samples=1", "train.tasks_per_step=1", "train.group_size=2",
@@ -259,6 +266,18 @@ BENCHES: dict[str, Bench] = {
                 ]
             )
         ),
+    ),
+    "agents": Bench(
+        "the packaged agent programs (Codex CLI, Claude Code, aider, opencode, mini-swe-agent) through the proxy with the real model: sequences per rollout, shared-prefix share, token-exactness",
+        "agents",
+        _agents,
+        [
+            (
+                "--agents",
+                {"default": "mini_swe_agent,codex,claude_code,aider,opencode", "help": "comma-separated agents, each with a packaged coderl/configs/remote_<agent>.yaml (default all five); a recipe's remote_setup installs its pinned program where it is missing"},
+            ),
+            ("--tasks", {"type": int, "default": 4, "help": "rollouts per agent, one per bundled warmup task (default 4)"}),
+        ],
     ),
     "proxy": Bench(
         "recording proxy: added latency p50/p99 and throughput at 1/64/256 sessions vs direct and LiteLLM",
