@@ -250,3 +250,12 @@ async def test_max_tokens_cap_bounds_what_a_client_asks_for(chat: ChatFormat, tm
             )
             assert r.status_code == 200, r.text
         assert [c.params.max_tokens for c in engine.calls] == [16, 8]
+
+
+async def test_a_head_probe_on_the_base_url_is_answered(chat: ChatFormat, tmp_path: Path) -> None:
+    async with proxy_client(chat, scripted(chat.tokenizer), tmp_path / "p.db") as (client, _app):
+        s = await new_session(client)
+        for path in (f"/s/{s['id']}", f"/s/{s['id']}/api/hello"):  # Claude Code's first request
+            assert (await client.head(path)).status_code == 200
+        assert (await client.head("/s/nosuchsession/api/hello")).status_code == 404
+        assert (await record(client, s["id"]))["calls"] == []

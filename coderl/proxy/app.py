@@ -25,7 +25,7 @@ from typing import Any
 
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -135,6 +135,15 @@ def create_app(
     for router in agent_routers:
         app.include_router(router)
     app.state.agent_endpoints = agent_endpoints(agent_routers)  # named by a 404 inside a session
+
+    @app.head("/s/{session_id}", include_in_schema=False)
+    @app.head("/s/{session_id}/{rest:path}", include_in_schema=False)
+    async def probe(session_id: str, rest: str = "") -> Response:
+        """A reachability probe on a session's base URL (Claude Code sends HEAD <base>/api/hello first):
+        200 while the session exists, 404 otherwise; no body, no record."""
+        service.session(session_id)
+        return Response(status_code=200)
+
     if isinstance(engine, RelayEngine):
         app.include_router(relay_router(engine, engine.worker_token, admin_token))
 
