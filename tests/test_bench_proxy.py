@@ -7,6 +7,7 @@ import math
 
 import pytest
 
+from coderl.bench.proxy import to_markdown
 from coderl.cli.main import main
 
 
@@ -23,3 +24,8 @@ def test_bench_proxy_quick_reports_latency_and_throughput(capsys: pytest.Capture
     # every call waited 0.5 s in the engine: neither path can beat 2 calls/s per session
     assert 0 < r["raw"]["rps_1"] <= 2.05 and 0 < r["direct"]["rps_1"] <= 2.05
     assert r["throughput_ratio_16"] > 0.3  # the proxy does not collapse under concurrent sessions
+    # the Responses API, measured the same way beside chat completions
+    resp = r["responses"]
+    assert math.isfinite(resp["added_latency_p50_ms"]) and 0 < resp["raw"]["rps_1"] <= 2.05
+    assert 0 < resp["first_chunk_p50_ms"] <= resp["raw"]["p50_stream_ms"]
+    assert "| coderl proxy, Responses API |" in to_markdown(r)

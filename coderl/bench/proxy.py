@@ -14,6 +14,8 @@ a 2-core machine.
 (a) Added latency: one session, sequential OpenAI chat calls, each with a different question (an
 identical body would be answered from the proxy's record), streaming and not; p50 / p99 of the time
 to the whole answer through a proxy minus the same percentile calling the engine's own chat route.
+The coderl proxy is measured twice: on chat completions and on the Responses API (``/v1/responses``,
+the same question as ``input``), both against the engine's chat route.
 (b) Throughput: N sessions at once (1, 64, 256), each making ``--calls`` calls in turn, against the
 engine that answers after ``--latency`` s; calls per second through a proxy divided by calls per
 second calling the engine directly.
@@ -104,16 +106,25 @@ def litellm_executable(console: Console) -> Path:
 class Target:
     """One way of calling the engine: its chat URL, and headers per session."""
 
-    def __init__(self, name: str, base: str, sessions: list[tuple[str, str]] | None = None) -> None:
+    def __init__(
+        self, name: str, base: str, sessions: list[tuple[str, str]] | None = None, responses: bool = False
+    ) -> None:
         self.name = name
         self.base = base
         self.sessions = sessions  # (base_url, secret) per session for the coderl proxy
+        self.responses = responses  # the coderl proxy's Responses API instead of chat completions
 
     def url_and_headers(self, i: int) -> tuple[str, dict[str, str]]:
         if self.sessions is None:
             return f"{self.base}/v1/chat/completions", {"Authorization": "Bearer sk-bench"}
         base, secret = self.sessions[i % len(self.sessions)]
-        return f"{base}/chat/completions", {"Authorization": f"Bearer {secret}"}
+        route = "responses" if self.responses else "chat/completions"
+        return f"{base}/{route}", {"Authorization": f"Bearer {secret}"}
+
+    def body(self, question: str, stream: bool) -> dict[str, Any]:
+        if self.responses:
+            return {"model": "coderl", "input": question, "max_output_tokens": 32, "stream": stream}
+        return {"model": "coderl", "messages": [{"role": "user", "content": question}], "max_tokens": 32, "stream": stream}
 
 
 async def _sessions(client: aiohttp.ClientSession, proxy: str, n: int) -> list[tuple[str, str]]:
@@ -137,12 +148,7 @@ async def _timed_call(
 ) -> tuple[float, float]:
     """(seconds to the whole answer, seconds to the first chunk with content; the same when not streamed)."""
     url, headers = target.url_and_headers(i)
-    body = {
-        "model": "coderl",
-        "messages": [{"role": "user", "content": f"Session {i}, question {n}: why does test_{n} fail?"}],
-        "max_tokens": 32,
-        "stream": stream,
-    }
+    body = target.body(f"Session {i}, question {n}: why does test_{n} fail?", stream)
     t0 = time.perf_counter()
     first = 0.0
     async with client.post(url, json=body, headers=headers) as r:
@@ -151,7 +157,9 @@ async def _timed_call(
         if stream:
             async for raw in r.content:
                 line = raw.decode().replace(" ", "")
-                if not first and '"content":"' in line and '"content":""' not in line:
+                text = '"content":"' in line and '"content":""' not in line  # a chat chunk with text
+                delta = '"type":"response.output_text.delta"' in line and '"delta":""' not in line  # Responses
+                if not first and (text or delta):
                     first = time.perf_counter() - t0
         else:
             await r.read()
@@ -250,6 +258,10 @@ async def bench_proxy(
             targets: dict[str, dict[str, Target]] = {
                 "direct": {k: Target("direct", u) for k, (u, _) in engines.items()},
                 "coderl": {k: Target("coderl", u, await _sessions(client, u, max(levels))) for k, (u, _) in proxies.items()},
+                "responses": {
+                    k: Target("coderl-responses", u, await _sessions(client, u, max(levels)), responses=True)
+                    for k, (u, _) in proxies.items()
+                },
                 **({"litellm": {k: Target("litellm", u) for k, (u, _) in lites.items()}} if lites else {}),
             }  # fmt: skip
             figures: dict[str, dict[str, Any]] = {name: {} for name in targets}
@@ -269,7 +281,7 @@ async def bench_proxy(
                     rps, failed = await _throughput(client, by_kind["slow"], level, calls)
                     figures[name][f"rps_{level}"], figures[name][f"failed_{level}"] = rps, failed
     direct = figures["direct"]
-    for name in ("coderl", "litellm"):
+    for name in ("coderl", "responses", "litellm"):
         if name not in figures:
             continue
         f = figures[name]
@@ -285,7 +297,7 @@ async def bench_proxy(
         if name == "coderl":
             result.update(summary)
         else:
-            result["litellm"] = summary
+            result[name] = summary
     result["direct"] = direct
     return result
 
@@ -298,7 +310,9 @@ def _ratio(f: dict[str, Any], level: int, calls: int) -> str:
 
 def to_markdown(r: dict[str, Any]) -> str:
     m = r["machine"]
-    rows = [("coderl proxy", r)]
+    rows = [("coderl proxy, chat completions", r)]
+    if "responses" in r:
+        rows.append(("coderl proxy, Responses API", r["responses"]))
     lite = r.get("litellm") or {}
     if "added_latency_p50_ms" in lite:
         rows.append(("LiteLLM proxy", lite))
