@@ -426,6 +426,29 @@ async def test_store_false_and_unknown_previous_response_ids(chat: ChatFormat, t
         assert len(engine.calls) == 2
 
 
+async def test_a_conversation_goes_on_from_a_stored_response_after_a_restart(chat: ChatFormat, tmp_path: Path) -> None:
+    db = tmp_path / "p.db"
+    body = {"instructions": "sys", "tools": TOOLS}
+    async with proxy_client(chat, scripted(chat.tokenizer, [CALL_TEXT, "ok"]), db) as (client, _):
+        s = await new_session(client)
+        r1 = (await client.post(url(s), json={**body, "input": "list"}, headers=auth(s))).json()
+        out = {"type": "function_call_output", "call_id": r1["output"][0]["call_id"], "output": "a.py"}
+        r2 = (
+            await client.post(url(s), json={**body, "input": [out], "previous_response_id": r1["id"]}, headers=auth(s))
+        ).json()
+        unkept = (await client.post(url(s), json={"input": "y", "store": False}, headers=auth(s))).json()
+    # a new proxy process on the same record: the chain r1 -> r2 is rebuilt from it
+    async with proxy_client(chat, scripted(chat.tokenizer, ["bye"]), db) as (client, _):
+        r3 = await client.post(url(s), json={**body, "input": "thanks", "previous_response_id": r2["id"]}, headers=auth(s))
+        assert r3.status_code == 200, r3.text
+        rec = await record(client, s["id"])
+        _c1, c2, _unkept, c3 = rec["calls"]
+        assert c3["base_call_id"] == c2["id"] and c3["prompt_ids"][: len(c2["prompt_ids"])] == c2["prompt_ids"]
+        assert len(rec["trajectories"][0]["call_ids"]) == 3  # r1, r2 and r3: one trajectory
+        gone = await client.post(url(s), json={"input": "z", "previous_response_id": unkept["id"]}, headers=auth(s))
+        assert gone.status_code == 400 and gone.json()["error"]["code"] == "previous_response_not_found"
+
+
 async def test_the_same_conversation_via_chat_and_responses_records_the_same_ids(
     chat: ChatFormat, tmp_path: Path
 ) -> None:

@@ -23,6 +23,7 @@ send them and none changes what the proxy records.
 
 from __future__ import annotations
 
+import json
 from typing import Any, Literal
 
 from fastapi import APIRouter, Header, Request
@@ -193,17 +194,37 @@ def responses_router(service: ProxyService, memory: ResponseMemory | None = None
     def earlier(session_id: str, response_id: str | None) -> StoredResponse | None:
         if response_id is None:
             return None
-        stored = memory.get(session_id, response_id)
+        stored = memory.get(session_id, response_id) or from_record(session_id, response_id)
         if stored is None:
             raise ApiError(
                 400,
                 f"Previous response with id {response_id!r} not found: this session stored no such response "
-                "(store=false, evicted, from another session, or from before a proxy restart); send the "
-                "whole conversation as input instead",
+                "(store=false, or from another session); send the whole conversation as input instead",
                 param="previous_response_id",
                 code="previous_response_not_found",
             )
         return stored
+
+    def from_record(session_id: str, response_id: str) -> StoredResponse | None:
+        """A response the session's durable record holds (after a restart, or once evicted from
+        memory): rebuilt with the chain it continued from the recorded requests and replies."""
+        rows = {f"resp_{c.result['id']}": c for c in service.store.calls(session_id) if c.api == "responses"}
+        chain: list[tuple[str, CallRow, dict[str, Any]]] = []
+        rid: str | None = response_id
+        while rid is not None and memory.get(session_id, rid) is None:
+            row = rows.get(rid)
+            if row is None or any(rid == seen for seen, _, _ in chain):
+                return None
+            request = json.loads(row.request_body)
+            if request.get("store") is False:
+                return None
+            chain.append((rid, row, request))
+            rid = request.get("previous_response_id")
+        parent = memory.get(session_id, rid) if rid is not None else None
+        for rid_, row, request in reversed(chain):  # from the oldest: each continues the one before
+            parent = StoredResponse(parent, (*input_items(request["input"]), *output_items(row)))
+            memory.put(session_id, rid_, parent)
+        return parent
 
     @router.post("/responses", response_model=None)
     async def create_response(

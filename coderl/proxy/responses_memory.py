@@ -3,9 +3,9 @@
 A stored response keeps the items it added to its conversation (the request's new input items, then its
 output items) and a link to the response it continued, so a chain of N turns holds each item once. A
 session keeps its latest ``per_session`` responses addressable (older ones stay reachable through the
-chain of a newer one); the ``sessions`` least recently used sessions are kept. Nothing here is durable:
-after a restart, or once evicted, a response id is unknown and the client gets a 400 naming it (and
-can send the whole conversation as input, which the record then maps to the same sampled ids).
+chain of a newer one); the ``sessions`` least recently used sessions are kept. This is a cache: after
+a restart, or once evicted, a response is rebuilt from the session's durable record (the recorded
+request and reply of each response in its chain, :func:`coderl.proxy.responses_api.responses_router`).
 """
 
 from __future__ import annotations
