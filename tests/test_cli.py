@@ -42,6 +42,21 @@ def test_bad_override_fails_before_work(capsys: pytest.CaptureFixture[str], tmp_
 
 
 @pytest.mark.slow
+def test_a_train_config_file_changes_only_its_keys_unless_bare(tmp_path: Path) -> None:
+    from coderl.cli.train_cmd import train_config
+
+    one = tmp_path / "one.yaml"
+    one.write_text("train:\n  steps: 3\n")
+    layered = train_config(str(one), ["actor.lr=0.001"])
+    assert layered.train.steps == 3 and layered.actor.lr == 0.001
+    # everything else is the packaged recipe's (coderl/configs/train.yaml)
+    assert layered.model.tool_format == "xml" and layered.rollout.tools == ["show_function", "replace_function", "submit"]
+    assert layered.sft.before_rl and layered.train.group_size == 8
+    bare = train_config(str(one), [], bare=True)
+    assert bare.train.steps == 3 and bare.model.tool_format == "auto" and bare.rollout.tools is None
+    assert not bare.sft.before_rl
+
+
 def test_demo_writes_a_run_directory(tmp_path: Path) -> None:
     assert main(["demo", f"run.dir={tmp_path / 'run'}", "--requests", "2", "--max-tokens", "8"]) == 0
     run = tmp_path / "run"

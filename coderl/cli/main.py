@@ -57,12 +57,19 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "train",
         help="the main job: RL on train.tasks (rollout -> grade -> advantages -> update -> sync), report.html",
-        description="Train the policy with RL. With no config file the packaged defaults run (coderl/configs/"
+        description="Train the policy with RL. The packaged defaults run (coderl/configs/"
         "train.yaml: SmolLM2-135M, swe agent with the symbol tools, bundled:synth?bug_in=callee with 24 "
         "held-out tasks, a supervised warm start on gold demonstrations, then 8 GRPO steps of 2 tasks x 8 "
-        "samples with LoRA, on tasks a calibration pass found at the policy's edge).",
+        "samples with LoRA, on tasks a calibration pass found at the policy's edge); a config file's keys "
+        "and the overrides change only what they name. --bare starts from the built-in defaults instead.",
     )
     _config_args(p)
+    p.add_argument(
+        "--bare",
+        action="store_true",
+        help="start from the built-in defaults (coderl/config) instead of the packaged recipe "
+        "(coderl/configs/train.yaml), e.g. for a recipe of its own such as coderl/configs/remote_codex.yaml",
+    )
     p.add_argument(
         "--resume",
         metavar="RUN_DIR",

@@ -8,10 +8,17 @@ from pathlib import Path
 
 from rich.console import Console
 
-from coderl.config import load_config
+from coderl.config import Config, load_config
 from coderl.config.packaged import default_train_config
 from coderl.errors import ConfigError
 from coderl.rundir import create_run_dir
+
+
+def train_config(config_path: str | None, overrides: list[str], bare: bool = False) -> Config:
+    """The run's config: the packaged recipe (coderl/configs/train.yaml), then the config file, then
+    the overrides, each changing only the keys it names (a resumed run's config.yaml holds every key);
+    ``bare``: the built-in defaults instead of the packaged recipe."""
+    return load_config(config_path, overrides, defaults=None if bare else default_train_config())
 
 
 def run_train(ns: argparse.Namespace) -> int:
@@ -28,7 +35,7 @@ def run_train(ns: argparse.Namespace) -> int:
             )
         config_path = config_path or str(run_dir / "config.yaml")
         overrides.append(f"run.dir={run_dir}")
-    cfg = load_config(config_path, overrides, defaults=None if config_path else default_train_config())
+    cfg = train_config(config_path, overrides, bare=getattr(ns, "bare", False))
     run_dir = create_run_dir(cfg, "train")
     console.print(f"run directory: {run_dir}")
     report = asyncio.run(Trainer(cfg, run_dir, console).run(resume=bool(resume)))
