@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
+import pandas as pd
 import pytest
 
 from coderl.chat import ChatFormat
@@ -159,6 +160,12 @@ def test_tasks_round_trip_through_a_verl_dataset(tmp_path: Path) -> None:
         assert (
             sorted(p.relative_to(back.repo).as_posix() for p in back.repo.rglob("*") if p.is_file()) == files
         )
+    # read with pandas (as verl's dataset does), list columns are numpy arrays: two or more items too
+    frame = pd.read_parquet(path)
+    for (_, row), task in zip(frame.iterrows(), tasks, strict=True):
+        back = task_of(row["extra_info"])
+        assert len(task.fail_to_pass) + len(task.pass_to_pass) > 1
+        assert (back.id, back.fail_to_pass, back.pass_to_pass) == (task.id, task.fail_to_pass, task.pass_to_pass)
     assert verl_rows(tasks[:1], agent_name="mine")[0]["agent_name"] == "mine"
     with pytest.raises(TaskError, match=r"no coderl_task \(keys: \['index', 'task_id'\]\).*--format verl"):
         task_of({"index": 3, "task_id": "x"})

@@ -63,6 +63,8 @@ def test_the_registered_loop_through_verls_agent_loop_code(tmp_path: Path, hf_mo
     }  # its gold moves fix only its own
     assert got["example"] == {"composed": len(example_overrides()), "rollout_name": "vllm"}  # examples/verl
     assert got["gold_reward_score"] == 1.0 and got["gold_resolved"] and got["gold_rm_scores_last"] == 1.0
+    # three samples made from examples/verl/agent_loops.yaml's registry entry all run its settings
+    assert got["registry_turns"] == [8, 8, 8]
 
 
 def example_overrides() -> list[str]:

@@ -89,6 +89,14 @@ async def main(work: Path, example_overrides: list[str]) -> dict[str, Any]:
     tokenizer = load_tokenizer(resolve_checkpoint(None))
     dataset = RLHFDataset(str(work / "train.parquet"), tokenizer, config.data)
     sample = dataset[1]  # spanlib-s005
+    # examples/verl/agent_loops.yaml's entry (with coderl_overrides) in the registry, as the worker loads
+    # it, then three samples' loops made from it, as the worker makes one per sample: the first imports
+    # coderl.integrations.verl, which must not replace the entry with a bare one
+    for entry in OmegaConf.load(Path(__file__).resolve().parents[1] / "examples" / "verl" / "agent_loops.yaml"):
+        _agent_loop_registry[entry.name] = entry
+    assert "coderl.integrations.verl" not in sys.modules
+    idle = EngineServerClient(ScriptedEngine([], tokenizer))
+    registry_turns = [instantiate("coderl", config, idle, tokenizer).coderl.rollout.max_turns for _ in range(3)]
     for entry in OmegaConf.load(
         config.actor_rollout_ref.rollout.agent.agent_loop_config_path
     ):  # as the worker
@@ -188,6 +196,7 @@ async def main(work: Path, example_overrides: list[str]) -> dict[str, Any]:
         "batch_served": list(served.values()),
         "batch_keys": sorted(produced.batch.keys()),
         "gold_rm_scores_last": float(solved.as_dict()["rm_scores"][-1]),  # verl's reward tensor
+        "registry_turns": registry_turns,
     }
 
 

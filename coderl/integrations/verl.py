@@ -37,6 +37,7 @@ except importlib.metadata.PackageNotFoundError:
     ) from None
 check_verl_version(_installed)
 
+from verl.experimental.agent_loop import agent_loop as _verl_agent_loop  # noqa: E402
 from verl.experimental.agent_loop.agent_loop import (  # noqa: E402
     AgentLoopBase,
     AgentLoopMetrics,
@@ -56,7 +57,6 @@ from coderl.integrations.verl_bridge import (  # noqa: E402
 )
 
 
-@register(AGENT_NAME)
 class CoderlAgentLoop(AgentLoopBase):
     """One verl sample = one coderl rollout, graded (see the module's docstring)."""
 
@@ -93,3 +93,11 @@ class CoderlAgentLoop(AgentLoopBase):
             )
         metrics = AgentLoopMetrics(**fields.pop("metrics"))
         return AgentLoopOutput(**fields, metrics=metrics)
+
+
+# verl's worker loads the agent-loop YAML's entries (with their coderl_config / coderl_overrides) into
+# its registry, and its first sample imports this module through that entry: registering here then
+# would replace the entry with a bare one, and every later sample would run coderl's defaults. So an
+# entry already there (the YAML's) is kept; a bare one is added only where there is none.
+if AGENT_NAME not in _verl_agent_loop._agent_loop_registry:
+    register(AGENT_NAME)(CoderlAgentLoop)

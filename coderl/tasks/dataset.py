@@ -41,14 +41,20 @@ def task_row(t: Task) -> dict[str, Any]:
     }
 
 
+def _strings(value: Any) -> list[str]:
+    """A list column as read: a list (pyarrow), a numpy array (pandas: ``or []`` would be ambiguous for
+    two or more items) or None."""
+    return [] if value is None else [str(x) for x in value]
+
+
 def row_task(row: dict[str, Any]) -> Task:
     """The task of a :func:`task_row` row (its snapshot unpacked once into a cache folder)."""
     return Task(
         id=row["id"],
         instruction=row["instruction"],
         repo=unpacked(row["repo_archive"], row["id"]),
-        fail_to_pass=list(row["fail_to_pass"] or []),
-        pass_to_pass=list(row["pass_to_pass"] or []),
+        fail_to_pass=_strings(row["fail_to_pass"]),
+        pass_to_pass=_strings(row["pass_to_pass"]),
         hidden_tests=json.loads(row["hidden_tests"] or "{}"),
         test_patch=row["test_patch"],
         gold_patch=row["gold_patch"],
