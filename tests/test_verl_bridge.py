@@ -9,8 +9,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
 import pandas as pd
+import pyarrow.parquet as pq
 import pytest
 
 from coderl.chat import ChatFormat
