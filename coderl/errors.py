@@ -31,7 +31,7 @@ class PromptTooLongError(EngineError):
 
     def __init__(self, prompt_tokens: int, max_model_len: int, model_limit: int) -> None:
         self.prompt_tokens, self.max_model_len, self.model_limit = prompt_tokens, max_model_len, model_limit
-        if max_model_len < model_limit:
+        if max_model_len < model_limit and prompt_tokens < model_limit:
             advice = f"shorten the prompt or raise engine.max_model_len (up to {model_limit}, the model's own limit)"
         else:
             advice = (
@@ -42,6 +42,32 @@ class PromptTooLongError(EngineError):
             f"prompt of {prompt_tokens} tokens leaves no room to generate within max_model_len={max_model_len}; "
             + advice
         )
+
+    def __reduce__(self) -> tuple[type[PromptTooLongError], tuple[int, int, int]]:
+        return PromptTooLongError, (self.prompt_tokens, self.max_model_len, self.model_limit)  # Ray pickles it
+
+    def wire(self) -> dict[str, int]:
+        """The numbers an engine server sends with its 400, for :meth:`from_wire` on the client."""
+        return {"prompt_tokens": self.prompt_tokens, "max_model_len": self.max_model_len, "model_limit": self.model_limit}
+
+    @classmethod
+    def from_wire(cls, text: str) -> PromptTooLongError | None:
+        """The error an engine server's 400 body describes: coderl's own server (its numbers), or
+        vLLM / SGLang ("maximum context length is N tokens ... M input tokens"); None for others."""
+        import json
+        import re
+
+        try:
+            fields = json.loads(text).get("error", {}).get("coderl_prompt_too_long")
+        except (ValueError, AttributeError):
+            fields = None
+        if isinstance(fields, dict):
+            return cls(int(fields["prompt_tokens"]), int(fields["max_model_len"]), int(fields["model_limit"]))
+        limit = re.search(r"maximum context length is (\d+)", text)
+        asked = re.search(r"(\d+) (?:input )?tokens", text[limit.end() :]) if limit else None
+        if limit and asked:
+            return cls(int(asked.group(1)), int(limit.group(1)), int(limit.group(1)))
+        return None
 
 
 class EngineUnavailableError(EngineError, ConnectionError):

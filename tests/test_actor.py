@@ -69,8 +69,8 @@ def test_micro_batch_split_and_batch_checks() -> None:
     # a sequence sharing 3 tokens with the one before costs 3 less, but only in that one's group
     assert split_micro_batches([5, 5, 5], 8, sources=[(-1, 0), (0, 3), (1, 3)]) == [[0, 1, 2]]
     assert split_micro_batches([5, 5, 5], 5, sources=[(-1, 0), (0, 3), (1, 3)]) == [[0, 1], [2]]
-    # a prefix whose source is in an earlier micro-batch is forwarded again
-    assert split_micro_batches([5, 5, 5], 5, sources=[(-1, 0), (0, 3), (0, 3)]) == [[0, 1], [2]]
+    # a prefix whose source is in an earlier micro-batch is forwarded again (counted whole)
+    assert split_micro_batches([5, 5, 5], 5, sources=[(-1, 0), (-1, 0), (0, 3)]) == [[0], [1], [2]]
     actor = Actor(ActorConfig(device="cpu"))
     with pytest.raises(ConfigError, match="start"):
         actor.score([[1, 2, 3]], [0], 1.0)

@@ -59,7 +59,9 @@ async def test_opencode_runs_the_models_tool_call_and_its_calls_merge(tmp_path: 
     assert tokenizer.decode([t for t, m in zip(title.response_ids, title.response_mask, strict=True) if m]) == (
         TITLE + "<|im_end|>"
     )
-    assert traj.metrics["proxy_splits/new_context"] + traj.metrics.get("proxy_splits/sub_agent", 0) == 1
+    # new_context, or sub_agent when the title request came between the main conversation's calls
+    splits = traj.metrics.get("proxy_splits/new_context", 0) + traj.metrics.get("proxy_splits/sub_agent", 0)
+    assert splits == 1
     assert "+    return a + b" in traj.patch and ".opencode" not in traj.patch
     assert (await grade(task, traj.patch)).resolved
 

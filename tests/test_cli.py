@@ -41,7 +41,6 @@ def test_bad_override_fails_before_work(capsys: pytest.CaptureFixture[str], tmp_
     assert not (tmp_path / "r").exists()  # nothing was started or written
 
 
-@pytest.mark.slow
 def test_a_train_config_file_changes_only_its_keys_unless_bare(tmp_path: Path) -> None:
     from coderl.cli.train_cmd import train_config
 
@@ -57,6 +56,7 @@ def test_a_train_config_file_changes_only_its_keys_unless_bare(tmp_path: Path) -
     assert not bare.sft.before_rl
 
 
+@pytest.mark.slow
 def test_demo_writes_a_run_directory(tmp_path: Path) -> None:
     assert main(["demo", f"run.dir={tmp_path / 'run'}", "--requests", "2", "--max-tokens", "8"]) == 0
     run = tmp_path / "run"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import pickle
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ from coderl.engine.embedded import EmbeddedEngine
 from coderl.engine.http_client import HTTPEngine, parse_sglang_generate, parse_vllm_completions
 from coderl.engine.router import Router
 from coderl.engine.server import create_app
-from coderl.errors import EngineError, EngineUnavailableError
+from coderl.errors import EngineError, EngineUnavailableError, PromptTooLongError
 from tests.conftest import hf_logprobs
 from tests.servers import free_port, serve
 
@@ -81,6 +82,30 @@ async def test_wrong_key_is_refused(server: tuple[str, EmbeddedEngine]) -> None:
         assert (await http.get("/health")).status_code == 200  # health needs no key
         r = await http.post("/v1/completions", json={"prompt": [1, 2]})
         assert r.status_code == 401
+
+
+@pytest.mark.parametrize("api", ["coderl", "vllm", "sglang"])
+async def test_a_prompt_over_the_context_is_the_same_error_over_http(
+    server: tuple[str, EmbeddedEngine], api: str
+) -> None:
+    url, engine = server
+    eng = client(url, api)
+    await eng.start()
+    try:
+        with pytest.raises(PromptTooLongError) as got:
+            await eng.generate([1] * (engine.max_model_len + 5), SamplingParams(max_tokens=4))
+    finally:
+        await eng.stop()
+    assert (got.value.prompt_tokens, got.value.model_limit) == (engine.max_model_len + 5, 8192)
+    assert pickle.loads(pickle.dumps(got.value)).wire() == got.value.wire()  # as Ray would pass it on
+
+
+def test_vllms_context_length_message_is_read_as_such() -> None:
+    body = json.dumps({"error": {"message": "This model's maximum context length is 4096 tokens. However, "
+                                 "your request has 5120 input tokens. Please reduce the length.", "code": 400}})  # fmt: skip
+    err = PromptTooLongError.from_wire(body)
+    assert err is not None and (err.prompt_tokens, err.max_model_len, err.model_limit) == (5120, 4096, 4096)
+    assert PromptTooLongError.from_wire('{"error": {"message": "bad temperature"}}') is None
 
 
 async def test_bad_bodies_are_4xx_not_5xx(server: tuple[str, EmbeddedEngine]) -> None:

@@ -236,6 +236,9 @@ async def test_a_prompt_over_the_context_gets_advice_that_can_work(chat: ChatFor
         assert "8192 tokens is this model's own limit" in msg and "--tools Bash,Read,Edit" in msg
         assert "raise engine.max_model_len" not in msg  # advice that cannot work is not given
         assert (await record(client, s["id"]))["stats"]["context_refusals"] == 1
+    # a prompt past the model's own limit: raising engine.max_model_len (4096 here) would not help either
+    assert "raise engine.max_model_len" not in str(PromptTooLongError(17700, 4096, 8192))
+    assert "up to 8192" in str(PromptTooLongError(5000, 4096, 8192))  # ... but here it would
 
 
 async def test_max_tokens_cap_bounds_what_a_client_asks_for(chat: ChatFormat, tmp_path: Path) -> None:

@@ -27,3 +27,15 @@ async def test_a_failed_setup_fails_every_rollout_with_its_output_without_runnin
         with pytest.raises(AgentError, match=r"remote_setup exited 3: .*\n.*npm ERR! 404"):
             await ensure_setup(command)
     assert log.read_text() == "tried\n"
+
+
+async def test_a_setup_past_its_time_is_killed_with_its_children_and_tried_again(tmp_path: Path) -> None:
+    log, child = tmp_path / "runs.log", tmp_path / "child.pid"
+    command = f"echo ran >> {log}; sleep 60 & echo $! > {child}; wait"
+    for _ in range(2):
+        with pytest.raises(AgentError, match=r"ran past 0\.5 s"):
+            await ensure_setup(command, timeout_s=0.5)
+    assert log.read_text() == "ran\nran\n"  # a timeout is not kept: the next rollout ran it again
+    pid = int(child.read_text())
+    await asyncio.sleep(0.2)
+    assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]

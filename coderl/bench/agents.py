@@ -66,10 +66,10 @@ def shared_share(traj: Trajectory) -> tuple[int, int]:
 
 
 async def bench_agent(
-    agent: str, base: Config, engine: EmbeddedEngine, chat: ChatFormat, tasks: int, console: Console
+    agent: str, overrides: list[str], engine: EmbeddedEngine, chat: ChatFormat, tasks: int, console: Console
 ) -> dict[str, Any]:
-    """One agent's row."""
-    cfg = load_config(str(packaged_config(f"remote_{agent}.yaml")))
+    """One agent's row: its recipe, with the command line's overrides on top."""
+    cfg = load_config(str(packaged_config(f"remote_{agent}.yaml")), overrides)
     contexts = ContextFactory(cfg.rollout, cfg.sandbox, chat)
     ledger = SampledLedger(engine)
     row: dict[str, Any] = {"agent": agent, "version": pinned_version(cfg, agent)}
@@ -117,8 +117,15 @@ async def bench_agent(
     return row
 
 
-async def bench_agents(cfg: Config, agents: list[str], tasks: int, console: Console) -> dict[str, Any]:
-    """Every agent's row (see the module doc), one engine shared by all."""
+async def bench_agents(
+    cfg: Config, agents: list[str], tasks: int, console: Console, overrides: list[str] | None = None
+) -> dict[str, Any]:
+    """Every agent's row (see the module doc), one engine shared by all (``cfg``'s engine and model);
+    ``overrides`` (the command line's key=value) apply to every recipe."""
+    if tasks < 1:
+        from coderl.errors import ConfigError
+
+        raise ConfigError(f"--tasks: got {tasks}; give the rollouts per agent, at least 1")
     unknown = [a for a in agents if a not in AGENTS]
     if unknown:
         from coderl.errors import ConfigError
@@ -134,7 +141,7 @@ async def bench_agents(cfg: Config, agents: list[str], tasks: int, console: Cons
         rows = []
         for agent in agents:
             console.print(f"[bold]{agent}[/]")
-            rows.append(await bench_agent(agent, cfg, engine, chat, tasks, console))
+            rows.append(await bench_agent(agent, list(overrides or []), engine, chat, tasks, console))
     finally:
         await engine.stop()
     return {"machine": machine_info(), "tasks_per_agent": tasks, "agents": rows}
@@ -161,7 +168,7 @@ def to_markdown(r: dict[str, Any]) -> str:
             f"| {a['agent']} | {a['version']} | {_counts(a['endpoints'])} | {a['calls_per_rollout']:.1f} | "
             f"{a['sequences_per_rollout']:.1f} | {_counts(a['split_reasons']) or 'none'} | "
             f"{'n/a' if share is None else f'{share:.0%}'} | {a['token_exact']} | {_counts(a['exit_statuses'])} | "
-            f"{a['seconds_per_rollout']:.0f} |"
+            f"{'n/a' if a['seconds_per_rollout'] is None else format(a['seconds_per_rollout'], '.0f')} |"
         )
     errors = [a for a in r["agents"] if a.get("error")]
     for a in errors:

@@ -117,7 +117,8 @@ def _agents(cfg: Config, ns: argparse.Namespace, console: Console) -> dict[str, 
     from coderl.bench.agents import bench_agents
 
     agents = [a.strip() for a in ns.agents.split(",") if a.strip()]
-    return asyncio.run(bench_agents(cfg, agents, 1 if ns.quick else ns.tasks, console=console))
+    tasks = 1 if ns.quick else ns.tasks
+    return asyncio.run(bench_agents(cfg, agents, tasks, console=console, overrides=list(ns.config_overrides)))
 
 
 RL_QUICK = [

@@ -36,17 +36,14 @@ def run_rollout(ns: argparse.Namespace) -> int:
 
 
 def run_calibrate(ns: argparse.Namespace) -> int:
-    from coderl.config import load_config
-    from coderl.config.packaged import default_train_config
+    from coderl.cli.train_cmd import train_config
     from coderl.errors import ConfigError
     from coderl.tasks.calibration import Estimate, save_estimates, setting_key
 
     if ns.k < 1:
         raise ConfigError(f"--k: got {ns.k}; give the samples per task, at least 1")
-    # the estimates are for training: coderl train's packaged defaults unless a config file is given
-    cfg = load_config(
-        ns.config_path, ns.config_overrides, defaults=None if ns.config_path else default_train_config()
-    )
+    # the estimates are for training: the config coderl train would run with the same arguments
+    cfg = train_config(ns.config_path, list(ns.config_overrides), bare=ns.bare)
     cfg = cfg.model_copy(
         update={  # the tasks the curriculum draws from: train.tasks
             "rollout": cfg.rollout.model_copy(update={"group_size": ns.k, "pass_k": [1]}),

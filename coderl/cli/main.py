@@ -83,10 +83,16 @@ def build_parser() -> argparse.ArgumentParser:
         "configured loop (sft.data=[gold:bundled:synth]) and resolved trajectories of earlier runs "
         "(runs:DIR) - with the loss on the assistant's tokens only. Held-out tasks are refused. Writes a "
         "Hugging Face checkpoint folder (default <run dir>/model) that coderl train model.path=... starts from. "
-        "With no config file, coderl train's packaged defaults apply (the same loop and prompt RL will use).",
+        "Its config is the one coderl train would run with the same arguments: the packaged recipe, then the "
+        "config file and overrides (the same loop and prompt RL will use); --bare starts from the built-in defaults.",
     )
     _config_args(p)
     p.add_argument("--out", help="the model folder to write (default: <run dir>/model)")
+    p.add_argument(
+        "--bare",
+        action="store_true",
+        help="start from the built-in defaults instead of coderl train's packaged recipe (as coderl train --bare)",
+    )
     p.set_defaults(func=_lazy("coderl.cli.sft_cmd", "run_sft"))
     p = sub.add_parser(
         "eval", help="roll out tasks.source with rollout.agent, grade, write report.json (pass@k)"
@@ -181,6 +187,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--k", type=int, default=4, help="samples per task (default 4)")
     p.add_argument(
         "--policy", default="", help="a tag for the weights, when model.path alone does not tell them apart"
+    )
+    p.add_argument(
+        "--bare",
+        action="store_true",
+        help="start from the built-in defaults instead of coderl train's packaged recipe (as coderl train --bare)",
     )
     p.set_defaults(func=_lazy("coderl.cli.eval_cmd", "run_calibrate"))
     p = tasks.add_parser(

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 
-from coderl.config import Config, load_config
-from coderl.config.packaged import default_train_config
+from coderl.cli.train_cmd import train_config
+from coderl.config import Config
 from coderl.errors import ConfigError
 from coderl.progress import progress_bars
 from coderl.rundir import create_run_dir
@@ -27,9 +27,7 @@ def run_sft(ns: argparse.Namespace) -> int:
     from coderl.train.ranks import build_actor
     from coderl.train.sft import build_demos, check_demos
 
-    cfg = load_config(
-        ns.config_path, ns.config_overrides, defaults=None if ns.config_path else default_train_config()
-    )
+    cfg = train_config(ns.config_path, list(ns.config_overrides), bare=ns.bare)  # the loop RL will use
     if cfg.cluster.actor == "ray":
         raise ConfigError(
             "cluster.actor: got ray — coderl sft runs its ranks on this machine (actor.ranks); the warm start "

@@ -36,7 +36,7 @@ import aiohttp
 from coderl.engine.base import Engine, TokenSink
 from coderl.engine.config import EngineConfig
 from coderl.engine.params import SamplingParams
-from coderl.errors import EngineError, EngineUnavailableError
+from coderl.errors import EngineError, EngineUnavailableError, PromptTooLongError
 from coderl.types import Completion
 
 if TYPE_CHECKING:
@@ -184,9 +184,11 @@ class HTTPEngine(Engine):
         try:
             async with self._client.post(self._url(path), json=body) as response:
                 if response.status >= 400:
-                    text = (await response.read()).decode("utf-8", "replace")[:500]
+                    text = (await response.read()).decode("utf-8", "replace")[:2000]
+                    if response.status == 400 and (too_long := PromptTooLongError.from_wire(text)) is not None:
+                        raise too_long
                     kind = EngineUnavailableError if response.status in (502, 503, 504) else EngineError
-                    raise kind(f"{self.name}{path}: HTTP {response.status}: {text}")
+                    raise kind(f"{self.name}{path}: HTTP {response.status}: {text[:500]}")
                 async for raw in response.content:
                     line = raw.decode("utf-8").rstrip("\r\n")
                     if not line.startswith("data: ") or line == "data: [DONE]":
@@ -359,6 +361,8 @@ class HTTPEngine(Engine):
             raise EngineUnavailableError(f"{self.name}{path}: HTTP {status}: {text[:300]}")
         if status >= 400:
             text = raw.decode("utf-8", "replace")
+            if status == 400 and (too_long := PromptTooLongError.from_wire(text)) is not None:
+                raise too_long
             raise EngineError(f"{self.name}{path}: HTTP {status}: {text[:500]}")
         try:
             data = json.loads(raw)

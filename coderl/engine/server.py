@@ -41,7 +41,7 @@ from coderl.engine.wire import (
     completions_response,
     generate_response,
 )
-from coderl.errors import EngineError, EngineUnavailableError
+from coderl.errors import EngineError, EngineUnavailableError, PromptTooLongError
 from coderl.types import Completion
 
 T = TypeVar("T")
@@ -83,7 +83,10 @@ def create_app(engine: Engine, model_name: str, tokenizer: Any = None, api_key: 
 
     @app.exception_handler(EngineError)
     async def _bad_request(_: Request, exc: EngineError) -> JSONResponse:
-        return JSONResponse({"error": {"message": str(exc), "type": "BadRequestError", "code": 400}}, 400)
+        error: dict[str, Any] = {"message": str(exc), "type": "BadRequestError", "code": 400}
+        if isinstance(exc, PromptTooLongError):  # the client rebuilds it (coderl.engine.http_client)
+            error["coderl_prompt_too_long"] = exc.wire()
+        return JSONResponse({"error": error}, 400)
 
     @app.get("/health")
     @app.get("/health_generate")

@@ -44,8 +44,8 @@ class CallTokens:
     logprobs: list[float]
     policy_version: int = 0
     head: str | None = None
-    """The request's first message in canonical form (its system prompt, typically); None when the
-    call had no messages (completions)."""
+    """The request's first message in canonical form (its system prompt, typically), with its tools;
+    None when the call had no messages (completions)."""
 
 
 @dataclass

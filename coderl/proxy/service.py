@@ -364,7 +364,9 @@ class ProxyService:
         except EngineUnavailableError as exc:
             raise self._retry_error(503, f"the engine is unavailable: {exc}") from None
         except PromptTooLongError as exc:
-            self._over_context[session.id] = self._over_context.get(session.id, 0) + 1
+            self._over_context[session.id] = self._over_context.pop(session.id, 0) + 1
+            if len(self._over_context) > 65536:  # a long-lived proxy: keep the latest sessions' counts
+                del self._over_context[next(iter(self._over_context))]
             msg = prompt_too_long_message(exc, self.chat, req.messages, req.tools)
             raise ApiError(400, msg, param="messages", code="context_length_exceeded") from None
         except EngineError as exc:
@@ -444,5 +446,7 @@ class ProxyService:
 
 
 def _head(call: CallRow) -> str | None:
-    """A call's first message in canonical form (None for completions calls, which have none)."""
-    return call.canon[0] if call.api != "completions" and call.canon else None
+    """A call's first message in canonical form with its tools (many templates render the tools into
+    the system turn: a sub-agent with the same system text but other tools is another conversation);
+    None for completions calls, which have no messages."""
+    return f"{call.tools_key}\n{call.canon[0]}" if call.api != "completions" and call.canon else None

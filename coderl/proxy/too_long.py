@@ -36,7 +36,7 @@ def prompt_too_long_message(
     if system:
         n = sum(len(chat.encode(message_text(m.get("content")))) for m in system)
         parts.append(f"{len(system)} system message(s) take about {n}")
-    if exc.max_model_len < exc.model_limit:
+    if exc.max_model_len < exc.model_limit and exc.prompt_tokens < exc.model_limit:
         fix = f"raise engine.max_model_len (up to {exc.model_limit}, the model's own limit), or {SHRINK}"
     else:
         fix = (
