@@ -9,16 +9,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 
 @contextlib.asynccontextmanager
 async def serve_in_loop(
-    app: Any, host: str = "127.0.0.1", startup_timeout_s: float = 60.0, port: int = 0
+    app: Any,
+    host: str = "127.0.0.1",
+    startup_timeout_s: float = 60.0,
+    port: int = 0,
+    before_stop: Callable[[], None] | None = None,
 ) -> AsyncIterator[str]:
     """Serve ``app`` (lifespan included) on ``host`` at ``port`` (0: a free one) for the length of the
-    block; yields its base URL. Signal handlers stay the process's own."""
+    block; yields its base URL. Signal handlers stay the process's own. ``before_stop`` runs when the
+    block ends, before the server waits for its connections (a proxy ends its calls in flight there:
+    ``ProxyService.stop_calls``, as :class:`coderl.proxy.server.ProxyServer` does)."""
     import uvicorn
 
     class QuietServer(uvicorn.Server):
@@ -40,6 +46,8 @@ async def serve_in_loop(
         port = server.servers[0].sockets[0].getsockname()[1]
         yield f"http://{host}:{port}"
     finally:
+        if before_stop is not None:
+            before_stop()
         server.should_exit = True
         with contextlib.suppress(Exception):
             await asyncio.wait_for(serving, timeout=10)

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from coderl.chat import ChatFormat
@@ -377,3 +378,25 @@ async def test_a_stopping_proxy_refuses_new_calls(chat: ChatFormat, tmp_path: Pa
             f"/s/{s['id']}/v1/chat/completions", json=MSG, headers={"x-api-key": s["secret"]}
         )
         assert "shutting down" in openai_error(r, 503)["message"] and r.headers["retry-after"]
+
+
+async def test_a_proxy_served_in_a_loop_stops_in_seconds_with_a_call_under_way(
+    chat: ChatFormat, tmp_path: Path
+) -> None:
+    # the remote loop's proxy and the Ray proxy actor serve with serve_in_loop(before_stop=stop_calls)
+    from coderl.loopback import serve_in_loop
+    from coderl.proxy.app import create_app
+    from coderl.proxy.config import ProxyConfig
+
+    app = create_app(ProxyConfig(db=tmp_path / "p.db", admin_token=ADMIN), scripted(chat.tokenizer, latency_s=60), chat)
+    async with httpx.AsyncClient(timeout=30) as client:
+        async with serve_in_loop(app, before_stop=app.state.service.stop_calls) as url:
+            s = (await client.post(f"{url}/sessions", json={}, headers={"Authorization": f"Bearer {ADMIN}"})).json()
+            call = asyncio.create_task(
+                client.post(f"{url}/s/{s['id']}/v1/chat/completions", json=MSG, headers={"x-api-key": s["secret"]})
+            )
+            await asyncio.sleep(0.5)  # the call waits in the engine
+            t0 = time.monotonic()
+        assert time.monotonic() - t0 < 5  # not the engine's 60 s
+        r = await call
+        assert "shutting down" in openai_error(r, 503)["message"]

@@ -64,7 +64,7 @@ async def local_proxy(engine: Engine, ctx: AgentContext, folder: Path) -> AsyncI
         default_max_tokens=cap, max_tokens_cap=cap,
     )  # fmt: skip
     app = create_app(cfg, _Borrowed(engine), ctx.chat, model_name=ctx.remote_model)
-    async with serve_in_loop(app) as url:
+    async with serve_in_loop(app, before_stop=app.state.service.stop_calls) as url:
         yield app.state.service, url
 
 

@@ -45,7 +45,8 @@ class ProxyActor:
         app, _ = build_proxy(self.cfg, None if self.llm_client is None else self._over_verl)
         settle_heap()  # this actor's process serves only the proxy
         proxy = self.cfg.proxy
-        self._serving = serve_in_loop(app, host=proxy.host, port=proxy.port)
+        service = app.state.service  # stop() ends its calls in flight first: the actor stops in seconds
+        self._serving = serve_in_loop(app, host=proxy.host, port=proxy.port, before_stop=service.stop_calls)
         bound = await self._serving.__aenter__()
         if proxy.public_url:
             self.url = proxy.public_url.rstrip("/")
