@@ -47,6 +47,10 @@ def test_bench_train_quick_measures_packing(capsys: pytest.CaptureFixture[str]) 
         result["packed_tokens_per_s"] / result["padded_tokens_per_s"]
     )
     assert result["peak_memory_mb"] > 100  # a 135M-parameter model and its optimizer state live here
+    # peak RSS of the actor alone, each setting in a process of its own: the default and checkpointing flipped
+    peaks = result["peak_rss_mb"]
+    assert [(p["micro_batch_tokens"], p["gradient_checkpointing"]) for p in peaks] == [(4096, False), (4096, True)]
+    assert all(p["peak_mb"] >= p["loaded_mb"] > 100 for p in peaks)
     assert result["batch"]["padded_tokens"] > result["batch"]["real_tokens"]
     sharing = result["prefix_sharing"]
     assert sharing["shared_step_s"] > 0 and result["prefix_sharing_speedup"] == pytest.approx(

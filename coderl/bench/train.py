@@ -148,6 +148,8 @@ def bench_train(
         result["prefix_sharing"] = _prefix_sharing(actors["packed"], vocab, quick, cfg.run.seed)
     result["prefix_sharing_speedup"] = result["prefix_sharing"]["prefix_sharing_speedup"]
     del actors
+    with console.status("peak memory of a train step per micro-batch size, each in a process of its own"):
+        result["peak_rss_mb"] = _peak_by_micro_batch(cfg, quick)
     with console.status("an RL batch through the actor before and after (full float32 / the configured actor)"):
         result["rl_update"] = _rl_update(cfg, quick)
     if default_step:
@@ -157,6 +159,32 @@ def bench_train(
                 name: _one_default_step(step_cfg, console) for name, step_cfg in _before_and_after(cfg).items()
             }
     return result
+
+
+PEAK_SIZES = (1024, 2048, 4096)
+"""``actor.micro_batch_tokens`` values whose peak memory is measured (with and without gradient
+checkpointing at the configured size)."""
+
+
+def _peak_by_micro_batch(cfg: Config, quick: bool) -> list[dict[str, Any]]:
+    """Peak RSS of two train steps of the configured actor (:mod:`coderl.bench.train_peak`) at each
+    micro-batch size, and with gradient checkpointing flipped at the configured size."""
+    import subprocess
+    import sys
+
+    base = cfg.actor.micro_batch_tokens
+    plans = [(n, cfg.actor.gradient_checkpointing) for n in ((base,) if quick else sorted({*PEAK_SIZES, base}))]
+    plans.append((base, not cfg.actor.gradient_checkpointing))
+    rows = []
+    for tokens, checkpointing in plans:
+        actor = cfg.actor.model_copy(update={"micro_batch_tokens": tokens, "gradient_checkpointing": checkpointing})
+        command = [sys.executable, "-m", "coderl.bench.train_peak", actor.model_dump_json(), str(cfg.model.path or ""), str(cfg.run.seed)]
+        done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=1800)
+        if done.returncode != 0:
+            raise RuntimeError(f"bench train: the peak-memory run failed: {done.stderr[-1500:]}")
+        rows.append({"micro_batch_tokens": tokens, "gradient_checkpointing": checkpointing,
+                     **json.loads(done.stdout.strip().splitlines()[-1])})  # fmt: skip
+    return rows
 
 
 BEFORE = {"lora_rank": 0, "dtype": "float32"}
@@ -282,6 +310,21 @@ def to_markdown(r: dict[str, Any]) -> str:
         f"RSS of the process after the packed steps: two actors with their AdamW state, the batch): "
         f"**{r['peak_memory_mb']:.0f}**; after the padded steps too: {r['peak_memory_mb_with_padded']:.0f}.",
     ]
+    peaks = r.get("peak_rss_mb")
+    if peaks:
+        lines += [
+            "",
+            f"Peak memory of the configured actor (`actor.*` as `coderl train` runs it, {r['dtype']}) over two train "
+            "steps of the same batch, each row in a process of its own (peak RSS, MB):",
+            "",
+            "| micro_batch_tokens | gradient checkpointing | after loading | after two steps |",
+            "|---|---|---|---|",
+            *[
+                f"| {p['micro_batch_tokens']} | {'on' if p['gradient_checkpointing'] else 'off'} | "
+                f"{p['loaded_mb']:.0f} | **{p['peak_mb']:.0f}** |"
+                for p in peaks
+            ],
+        ]
     ps = r.get("prefix_sharing")
     if ps:
         lines += [
