@@ -136,14 +136,6 @@ def create_app(
         app.include_router(router)
     app.state.agent_endpoints = agent_endpoints(agent_routers)  # named by a 404 inside a session
 
-    @app.head("/s/{session_id}", include_in_schema=False)
-    @app.head("/s/{session_id}/{rest:path}", include_in_schema=False)
-    async def probe(session_id: str, rest: str = "") -> Response:
-        """A reachability probe on a session's base URL (Claude Code sends HEAD <base>/api/hello first):
-        200 while the session exists, 404 otherwise; no body, no record."""
-        service.session(session_id)
-        return Response(status_code=200)
-
     if isinstance(engine, RelayEngine):
         app.include_router(relay_router(engine, engine.worker_token, admin_token))
 
@@ -212,6 +204,17 @@ def _not_found(request: Request) -> str | None:
     )
 
 
+def _session_exists(request: Request) -> bool:
+    session = _IN_SESSION.match(request.url.path)
+    if session is None:
+        return False
+    try:
+        request.app.state.service.session(session.group(1))
+    except ApiError:
+        return False
+    return True
+
+
 def _error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
@@ -224,8 +227,12 @@ def _error_handlers(app: FastAPI) -> None:
         return error_response(dialect_of(request.url.path), 400, message, param)
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def _http(request: Request, exc: StarletteHTTPException) -> Response:
         path = request.url.path
+        if request.method == "HEAD" and exc.status_code in (404, 405) and _session_exists(request):
+            # a reachability probe on a session's base URL (Claude Code sends HEAD <base>/api/hello
+            # first): 200 while the session exists; no body, no record
+            return Response(status_code=200)
         message = str(exc.detail)
         headers = dict(exc.headers or {})
         if exc.status_code == 404:
