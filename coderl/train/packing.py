@@ -36,6 +36,7 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 from coderl.engine.decoder import AttentionShape, project_qkv, rotary
+from coderl.engine.kv_cache import common_prefix
 from coderl.errors import ConfigError
 from coderl.train.vocab import DEFAULT_CHUNK, chunked_logprobs
 
@@ -84,21 +85,6 @@ Source = tuple[int, int]
 """(j, n): a sequence's first n tokens are those of the earlier sequence j (-1, 0: none)."""
 
 
-def _common_prefix(a: list[int], b: list[int], limit: int) -> int:
-    """Length of the longest common prefix of ``a`` and ``b``, at most ``limit`` (slice compares run in C)."""
-    hi = max(min(limit, len(a), len(b)), 0)
-    if a[:hi] == b[:hi]:
-        return hi
-    lo = 0  # a[:lo] == b[:lo] holds, a[:hi] == b[:hi] does not
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if a[:mid] == b[:mid]:
-            lo = mid
-        else:
-            hi = mid
-    return lo
-
-
 def prefix_sources(sequences: list[list[int]], starts: list[int]) -> list[Source]:
     """For each sequence, the earlier sequence (among the :data:`WINDOW` before it) with which it
     shares the longest prefix, and that prefix's length: within its own unscored tokens (before
@@ -109,7 +95,7 @@ def prefix_sources(sequences: list[list[int]], starts: list[int]) -> list[Source
         best: Source = (-1, 0)
         for j in range(i - 1, max(i - 1 - WINDOW, -1), -1):
             other = sequences[j]
-            n = _common_prefix(seq, other, min(starts[i] - 1, len(other) - 1))
+            n = min(common_prefix(seq, other), starts[i] - 1, len(other) - 1)
             if n > best[1]:
                 best = (j, n)
         out.append(best if best[1] >= MIN_SHARED_PREFIX else (-1, 0))
