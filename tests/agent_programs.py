@@ -119,3 +119,13 @@ def recipe_ctx(
         engine, ChatFormat(tokenizer), SamplingParams(max_tokens=max_tokens), make_sandbox, group_id="g1",
         remote_command=cfg.rollout.remote_command, remote_timeout_s=300,
     )  # fmt: skip
+
+
+def assert_recorded_token_exactly(traj: Any, ledger: Any) -> None:
+    """A real-model rollout of an agent program: it ended as a program run does (a small model's reply
+    is often cut at the cap, which some programs treat as an error: ``token_limit``), reached the
+    model, and every mask-1 token of every sequence is what the engine sampled in that context."""
+    assert traj.exit_status in ("submitted", "token_limit"), traj.error
+    assert traj.metrics["proxy_calls"] >= 1 and sum(traj.response_mask) > 0
+    for seq in traj.sequences():
+        assert ledger.verify(seq) is None
