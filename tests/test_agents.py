@@ -83,6 +83,7 @@ async def test_swe_loop_fixes_the_bug_token_exactly(task: Task, tokenizer: Any) 
     assert "    1  def add(a, b):" in decoded and "5\n[exit code 0]" in decoded
     assert traj.metrics["tool_calls/str_replace"] == 1 and traj.metrics["format_errors"] == 0
     assert traj.policy_version == 3 and traj.group_id == "g1"
+    assert engine.ended == [engine.calls[0].session_id]  # the engine may drop the session's KV now
 
 
 async def test_malformed_calls_get_corrective_messages(task: Task, tokenizer: Any) -> None:

@@ -190,6 +190,29 @@ async def test_prefix_cache_is_lru_bounded() -> None:
         await eng.stop()
 
 
+async def test_an_ended_session_lets_go_of_its_kv_but_the_newest_stays_a_donor() -> None:
+    """Finished sessions hold at most one cache entry (the newest, for later prompts to share), not
+    the whole budget: the main job's validation used to leave 2 GB of dead sessions' KV behind."""
+    eng = EmbeddedEngine(EngineConfig(), ModelConfig())
+    await eng.start()
+    try:
+        prompt = list(range(1, 200))
+        for i in range(3):
+            await eng.generate(prompt + [300 + i], SamplingParams(max_tokens=2, temperature=0), session_id=f"s{i}")
+        one_mb = eng.stats()["prefix_cache_mb"] / 3
+        assert all(eng.has_session(f"s{i}") for i in range(3))
+        await eng.end_session("s0")
+        await eng.end_session("s1")
+        await eng.end_session("unknown")  # ignored
+        await eng.generate([1], SamplingParams(max_tokens=1, temperature=0))  # the inbox is drained in order
+        assert not eng.has_session("s0") and eng.has_session("s1") and eng.has_session("s2")
+        assert eng.stats()["prefix_cache_mb"] == pytest.approx(2 * one_mb, rel=0.01)
+        later = await eng.generate(prompt + [999], SamplingParams(max_tokens=1, temperature=0), session_id="s3")
+        assert later.cached_tokens == len(prompt)  # the donor's prompt is shared
+    finally:
+        await eng.stop()
+
+
 async def test_update_weights_changes_outputs_and_version(
     engine: EmbeddedEngine, chat_prompts: list[list[int]], tmp_path: Path
 ) -> None:

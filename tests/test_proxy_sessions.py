@@ -164,16 +164,15 @@ async def test_secrets_isolate_sessions(chat: ChatFormat, tmp_path: Path) -> Non
 
 
 async def test_complete_delete_and_idle_expiry(chat: ChatFormat, tmp_path: Path) -> None:
-    async with proxy_client(chat, scripted(chat.tokenizer), tmp_path / "p.db", session_ttl_s=0.3) as (
-        client,
-        _,
-    ):
+    engine = scripted(chat.tokenizer)
+    async with proxy_client(chat, engine, tmp_path / "p.db", session_ttl_s=0.3) as (client, _):
         s = await new_session(client)
         h = {"Authorization": f"Bearer {s['secret']}"}
         path = f"/s/{s['id']}/v1/chat/completions"
         assert (await client.post(path, json=MSG, headers=h)).status_code == 200
         r = await client.post(f"/sessions/{s['id']}/complete", headers=ADMIN_H)
         assert r.json() == {"id": s["id"], "status": "complete"}
+        assert engine.ended == [s["id"]]  # the engine may drop the session's cached KV
         openai_error(await client.post(path, json=MSG, headers=h), 410)
         assert len((await record(client, s["id"]))["calls"]) == 1  # the record stays readable
         assert (await client.delete(f"/sessions/{s['id']}", headers=ADMIN_H)).json()["deleted"] is True
@@ -187,6 +186,7 @@ async def test_complete_delete_and_idle_expiry(chat: ChatFormat, tmp_path: Path)
         )
         assert "expired" in openai_error(r, 404)["message"]
         assert (await record(client, idle["id"]))["status"] == "expired"
+        assert engine.ended[-1] == idle["id"]
 
 
 async def test_bad_input_gets_4xx_in_openai_format(chat: ChatFormat, tmp_path: Path) -> None:

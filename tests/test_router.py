@@ -42,6 +42,16 @@ async def test_sticky_entries_are_lru_bounded() -> None:
     assert "x" not in router._sticky
 
 
+async def test_an_ended_session_leaves_the_router_and_its_replica_is_told() -> None:
+    reps = [ScriptedEngine(name="a"), ScriptedEngine(name="b")]
+    router = Router(reps)
+    served = (await router.generate([1], P, session_id="s")).replica
+    await router.end_session("s")
+    await router.end_session("never-seen")  # nothing to tell anyone
+    assert "s" not in router._sticky
+    assert [r.ended for r in reps] == ([["s"], []] if served == "a" else [[], ["s"]])
+
+
 async def test_dead_replica_is_taken_out_and_sessions_move() -> None:
     a, b = ScriptedEngine(name="a"), ScriptedEngine(name="b")
     router = Router([a, b], probe_interval_s=0.05)

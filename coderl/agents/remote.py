@@ -102,6 +102,7 @@ class RemoteLoop(AgentLoop):
                     await sb.exec(f"rm -f {shlex.quote(TASK_FILE)}", timeout=30)
                     patch = await git_patch(sb)
                     service.complete(row.id)
+                    await service.release([row.id])
                     record = service.record(row.id)
             traj = _trajectories(record, task, ctx.group_id)
             if result.timed_out:

@@ -9,6 +9,7 @@ the episode is called (``submitted``) or a limit hits (``step_limit``, ``token_l
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from typing import Any
@@ -17,8 +18,10 @@ from coderl.agents.base import AgentContext, AgentLoop
 from coderl.agents.tools import Tool, params, truncate
 from coderl.agents.trajectory import TrajectoryBuilder
 from coderl.chat.tools import Message
-from coderl.errors import AgentError
+from coderl.errors import AgentError, EngineError
 from coderl.types import Task, Trajectory
+
+log = logging.getLogger(__name__)
 
 NO_CALL = (
     'No tool call found. Call one tool per turn as <tool_call>{"name": ..., "arguments": {...}}</tool_call>.'
@@ -89,6 +92,10 @@ class ToolLoop(AgentLoop):
                 patch = ""
             return builder.finish("error", patch=patch, error=f"{type(exc).__name__}: {exc}")
         finally:
+            try:
+                await ctx.engine.end_session(session)  # its cached KV is of no more use
+            except EngineError as exc:  # an engine that is gone keeps nothing
+                log.debug("ending session %s: %s", session, exc)
             if ctx.defer_close is not None:
                 ctx.defer_close(self.close())  # the trajectory is complete: its tear-down need not hold it
             else:

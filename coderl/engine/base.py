@@ -58,6 +58,11 @@ class Engine(abc.ABC):
             on_tokens(list(completion.token_ids), list(completion.logprobs))
         return completion
 
+    async def end_session(self, session_id: str) -> None:
+        """The session ``session_id`` sends no more turns: an engine may let go of what it keeps for it
+        (its cached KV, its sticky replica). Engines that keep nothing per session ignore it."""
+        return None
+
     @abc.abstractmethod
     async def update_weights(self, weights: Mapping[str, torch.Tensor] | str | Path) -> int:
         """Swap in new weights between requests; returns the new policy version."""
@@ -117,6 +122,9 @@ class EngineView(Engine):
         self, prompt_ids: list[int], params: SamplingParams, session_id: str | None = None
     ) -> Completion:
         return await self.inner.generate(prompt_ids, params, session_id=session_id)
+
+    async def end_session(self, session_id: str) -> None:
+        await self.inner.end_session(session_id)
 
     async def update_weights(self, weights: Mapping[str, torch.Tensor] | str | Path) -> int:
         return await self.inner.update_weights(weights)

@@ -89,6 +89,11 @@ class _WeightUpdate:
     future: asyncio.Future[int]
 
 
+@dataclass(eq=False)
+class _EndSession:
+    session_id: str
+
+
 class EmbeddedEngine(Engine):
     """In-process engine over a Hugging Face checkpoint (see module docstring)."""
 
@@ -109,7 +114,7 @@ class EmbeddedEngine(Engine):
         self._ids = itertools.count()
         self._seed_rng = torch.Generator().manual_seed(seed)
         self._cond = threading.Condition()
-        self._inbox: deque[_Request | _WeightUpdate] = deque()
+        self._inbox: deque[_Request | _WeightUpdate | _EndSession] = deque()
         self._waiting: deque[_Request] = deque()
         self._running: list[_Request] = []
         self._updates: deque[_WeightUpdate] = deque()
@@ -313,6 +318,14 @@ class EmbeddedEngine(Engine):
             self._base = read_weights(self.checkpoint)
         return self._base
 
+    async def end_session(self, session_id: str) -> None:
+        """Let go of the session's cached KV (:meth:`PrefixCache.end`), in the engine thread."""
+        if self._thread is None:
+            return
+        with self._cond:
+            self._inbox.append(_EndSession(session_id))
+            self._cond.notify_all()
+
     async def update_weights(self, weights: Mapping[str, torch.Tensor] | str | Path) -> int:
         if self._thread is None:
             raise EngineUnavailableError(f"{self.name} is not started")
@@ -343,7 +356,12 @@ class EmbeddedEngine(Engine):
                     break
                 while self._inbox:
                     item = self._inbox.popleft()
-                    (self._updates if isinstance(item, _WeightUpdate) else self._waiting).append(item)  # type: ignore[arg-type]
+                    if isinstance(item, _EndSession):
+                        self._prefix.end(item.session_id)  # after the session's last request: inbox order
+                    elif isinstance(item, _WeightUpdate):
+                        self._updates.append(item)
+                    else:
+                        self._waiting.append(item)
             self._drop_cancelled()
             if self._updates and (not self._running or self.cfg.update_mode == "interrupt"):
                 if self._apply_update(self._updates.popleft()):
@@ -533,7 +551,8 @@ class EmbeddedEngine(Engine):
             if self._rows is not None:
                 self._rows.release_all()
         for item in items:
-            _resolve(item.loop, item.future, error=error)
+            if not isinstance(item, _EndSession):
+                _resolve(item.loop, item.future, error=error)
 
 
 def _retrieved(future: asyncio.Future[Any]) -> None:

@@ -228,6 +228,7 @@ class PrefixCache:
         self.max_bytes = max_bytes
         self._entries: OrderedDict[str, SequenceKV] = OrderedDict()
         self._bytes = 0
+        self._donor: str | None = None
         self.hits = 0
         self.misses = 0
         self.evictions = 0
@@ -268,6 +269,16 @@ class PrefixCache:
             self._bytes -= evicted.nbytes
             self.evictions += 1
 
+    def end(self, session_id: str) -> None:
+        """The session sends no more turns: its entry is dropped, unless it is the newest ended one,
+        which stays (LRU as ever) as a donor of prompt prefixes for later sessions (``share_prompts``);
+        the one it replaces is dropped. So finished sessions hold at most one entry, not the budget."""
+        if session_id not in self._entries:
+            return
+        donor, self._donor = self._donor, session_id
+        if donor is not None and donor != session_id and (old := self._entries.pop(donor, None)) is not None:
+            self._bytes -= old.nbytes
+
     def entries(self) -> list[SequenceKV]:
         """Every cached sequence (to share a prompt prefix with a new session; never taken out)."""
         return list(self._entries.values())
@@ -275,3 +286,4 @@ class PrefixCache:
     def clear(self) -> None:
         self._entries.clear()
         self._bytes = 0
+        self._donor = None

@@ -181,6 +181,15 @@ class Router(Engine):
             return completion
         raise EngineUnavailableError(f"no replica could serve the request; last error: {last_error}")
 
+    async def end_session(self, session_id: str) -> None:
+        """Drop the session's sticky entry and tell its replica."""
+        idx = self._sticky.pop(session_id, None)
+        if idx is not None and self._alive[idx]:
+            try:
+                await self.replicas[idx].end_session(session_id)
+            except EngineUnavailableError as exc:  # a replica that is gone holds nothing for it
+                log.debug("ending session %s on %s: %s", session_id, self.replicas[idx].name, exc)
+
     async def update_weights(self, weights: Mapping[str, torch.Tensor] | str | Path) -> int:
         return await self.push("weights", lambda _, r: r.update_weights(weights))
 

@@ -82,6 +82,7 @@ class ScriptedEngine(Engine):
         self.dead = False
         self.weights: Mapping[str, Any] | str | Path | None = None  # the last update_weights took
         self.calls: list[ScriptedCall] = []
+        self.ended: list[str] = []  # sessions end_session was told of, in order
         self.running = 0
         self._per_session_calls: dict[str, int] = {}
         self._encoded: dict[str, list[int]] = {}
@@ -102,6 +103,9 @@ class ScriptedEngine(Engine):
 
     def stats(self) -> dict[str, Any]:
         return {"requests": len(self.calls), "in_flight": self.running}
+
+    async def end_session(self, session_id: str) -> None:
+        self.ended.append(session_id)
 
     async def update_weights(self, weights: Mapping[str, Any] | str | Path) -> int:
         if self.dead:

@@ -169,6 +169,7 @@ async def _expire_loop(service: ProxyService) -> None:
             continue
         if expired:
             log.info("expired %d idle sessions", len(expired))
+            await service.release(expired)
 
 
 _IN_SESSION = re.compile(r"^/s/([^/]+)(/.*)?$")

@@ -14,6 +14,7 @@ import asyncio
 import dataclasses
 import hashlib
 import json
+import logging
 import secrets
 import time
 from dataclasses import dataclass, field
@@ -41,6 +42,8 @@ from coderl.proxy.render import Message, PriorCall, canonical_message, render_pr
 from coderl.proxy.store import CallRow, SessionRow, Store
 from coderl.proxy.too_long import prompt_too_long_message
 from coderl.types import Completion
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -180,6 +183,14 @@ class ProxyService:
         self.store.delete_session(session_id)
         self._sessions.pop(session_id, None)
         self._history.pop(session_id, None)
+
+    async def release(self, session_ids: list[str]) -> None:
+        """Tell the engine these sessions send no more calls (it drops their cached KV)."""
+        for sid in session_ids:
+            try:
+                await self.engine.end_session(sid)
+            except EngineError as exc:  # an engine that is gone keeps nothing
+                log.debug("ending session %s: %s", sid, exc)
 
     def expire_idle(self) -> list[str]:
         """Persist in-memory activity, then expire sessions idle past the TTL."""

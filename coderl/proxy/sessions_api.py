@@ -87,12 +87,14 @@ def sessions_router(service: ProxyService, admin_token: str) -> APIRouter:
     async def complete(session_id: str, request: Request) -> dict[str, Any]:
         check_admin(request, admin_token)
         row = service.complete(session_id)
+        await service.release([session_id])
         return {"id": row.id, "status": row.status}
 
     @router.delete("/sessions/{session_id}")
     async def delete(session_id: str, request: Request) -> dict[str, Any]:
         check_admin(request, admin_token)
         service.delete(session_id)
+        await service.release([session_id])
         return {"id": session_id, "deleted": True}
 
     return router

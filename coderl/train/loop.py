@@ -41,6 +41,7 @@ from coderl.config import Config
 from coderl.engine import create_engine
 from coderl.engine.base import Engine
 from coderl.errors import ConfigError
+from coderl.memory import peak_rss_mb, reset_peak
 from coderl.progress import progress_bars
 from coderl.rl import keep_groups
 from coderl.rollout.context import ContextFactory
@@ -66,7 +67,15 @@ from coderl.train.guidance import Guidance
 from coderl.train.idle import IdleClock
 from coderl.train.ledger import SampledLedger
 from coderl.train.loggers import MetricSinks
-from coderl.train.metrics import StageTimer, phase_minutes, rollout_metrics, run_summary, summary_line
+from coderl.train.metrics import (
+    StageTimer,
+    mark_peak,
+    phase_memory,
+    phase_minutes,
+    rollout_metrics,
+    run_summary,
+    summary_line,
+)
 from coderl.train.producer import Group, RolloutProducer, lag, lag_counts, stale_groups
 from coderl.train.ranks import ShardedActor, build_actor
 from coderl.train.report import write_report
@@ -273,20 +282,24 @@ class Trainer:
                 if (self.val_tasks or self.val_also_tasks) and not any(r.get("step") == 0 for r in self.rows):
                     start = {"step": 0, "phase": "start", "policy_version": self.version}
                     start.update(await self._validation(progress).run(0))
+                    mark_peak(start)
                     sinks.write(start)
                     self.rows.append(start)
                 if cfg.sft.before_rl and not any(r.get("phase") == "sft" for r in self.rows):
                     warm = await self._warm_start(progress)
+                    mark_peak(warm)
                     sinks.write(warm)
                     self.rows.append(warm)
                 if cfg.train.calibrate_tasks and self.start_step == 1 and not any(
                     r.get("phase") == "calibrate" for r in self.rows
                 ):
                     calibration = await self._calibrate(progress)
+                    mark_peak(calibration)
                     sinks.write(calibration)
                     self.rows.append(calibration)
                 for step in range(self.start_step, cfg.train.steps + 1):
                     row = await self.step(step, store, progress)
+                    mark_peak(row)
                     sinks.write(row)
                     self.rows.append(row)
                     progress.update(bar, advance=1, info=summary_line(row))
@@ -307,6 +320,12 @@ class Trainer:
             self.console.print(
                 "phases (minutes): " + " | ".join(f"{name} {minutes:.1f}" for name, minutes in phases)
                 + f" | total {sum(m for _, m in phases):.1f}",
+                highlight=False,
+            )
+        peaks = phase_memory(rows)
+        if peaks:
+            self.console.print(
+                "peak memory of this process (GB): " + " | ".join(f"{name} {mb / 1024:.1f}" for name, mb in peaks),
                 highlight=False,
             )
         for line in validation_table(rows):
@@ -427,6 +446,8 @@ class Trainer:
 
         sft_rows = await in_own_thread(train_sft, self.actor, demos, cfg.sft, cfg.run.seed, on_step)
         progress.remove_task(bar)
+        sft_peak = round(peak_rss_mb())  # demonstrations and supervised steps; the row's covers what follows
+        reset_peak()
         with (self.run_dir / "sft.jsonl").open("w") as out:
             out.writelines(json.dumps(r) + "\n" for r in sft_rows)
         if cfg.actor.lora_rank > 0:  # the RL phase trains LoRA adapters on the warm start's weights
@@ -441,6 +462,7 @@ class Trainer:
         row: dict[str, Any] = {
             "step": 0, "phase": "sft", "policy_version": self.version, "sft_demos": len(demos),
             "sft_steps": len(sft_rows), "sft_nll_first": nll[0], "sft_nll_last": nll[-1], "sft_sources": made,
+            "sft_rss_peak_mb": sft_peak,
         }  # fmt: skip
         self.console.print(
             f"warm start: {len(demos)} demonstrations, {len(sft_rows)} steps, nll {nll[0]:.3f} -> {nll[-1]:.3f}"

@@ -9,6 +9,7 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
+from coderl.memory import peak_rss_mb, reset_peak
 from coderl.rollout.runner import RolloutResult
 
 
@@ -121,6 +122,35 @@ def run_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 VALIDATION_SECONDS = ("val_s", "val_sampled_s", "val_also_s")
+
+
+def mark_peak(row: dict[str, Any]) -> None:
+    """Record in ``row`` (``rss_peak_mb``) this process's peak resident set since the last mark, and
+    start the next phase's. Only this process: a Ray actor's or an engine server's memory is their own."""
+    row["rss_peak_mb"] = round(peak_rss_mb())
+    reset_peak()
+
+
+def phase_memory(rows: list[dict[str, Any]]) -> list[tuple[str, float]]:
+    """Peak resident MB of each phase of a run that recorded them (:func:`mark_peak`): the start
+    validation (with the set-up before it), the supervised warm start's steps, the validation after it,
+    the calibration pass and the RL steps (their largest)."""
+    peaks: list[tuple[str, float]] = []
+    for row in rows:
+        if "rss_peak_mb" not in row or "pass_rate" in row:
+            continue
+        if row.get("phase") == "start":
+            peaks.append(("set-up and start validation", float(row["rss_peak_mb"])))
+        elif row.get("phase") == "sft":
+            if "sft_rss_peak_mb" in row:
+                peaks.append(("warm start", float(row["sft_rss_peak_mb"])))
+            peaks.append(("validation after it", float(row["rss_peak_mb"])))
+        elif row.get("phase") == "calibrate":
+            peaks.append(("calibration", float(row["rss_peak_mb"])))
+    steps = [float(r["rss_peak_mb"]) for r in rows if "pass_rate" in r and "rss_peak_mb" in r]
+    if steps:
+        peaks.append(("RL steps", max(steps)))
+    return peaks
 
 
 def phase_minutes(rows: list[dict[str, Any]]) -> list[tuple[str, float]]:
