@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import socket
 import subprocess
 import threading
 import time
@@ -13,11 +12,7 @@ from typing import Any
 import httpx
 import uvicorn
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from coderl.ports import free_port
 
 
 @contextlib.contextmanager

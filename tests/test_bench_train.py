@@ -50,7 +50,8 @@ def test_bench_train_quick_measures_packing(capsys: pytest.CaptureFixture[str]) 
     # peak RSS of the actor alone, each setting in a process of its own: the default and checkpointing flipped
     peaks = result["peak_rss_mb"]
     assert [(p["micro_batch_tokens"], p["gradient_checkpointing"]) for p in peaks] == [(4096, False), (4096, True)]
-    assert all(p["peak_mb"] >= p["loaded_mb"] > 100 for p in peaks)
+    assert all(p["peak_mb"] >= p["loaded_mb"] > 100 and p["step_s"] > 0 for p in peaks)
+    assert {p["actor"] for p in peaks} == {"RL"}  # --quick: the warm start's actor is left out
     assert result["batch"]["padded_tokens"] > result["batch"]["real_tokens"]
     sharing = result["prefix_sharing"]
     assert sharing["shared_step_s"] > 0 and result["prefix_sharing_speedup"] == pytest.approx(

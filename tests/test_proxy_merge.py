@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from coderl.proxy.merge import CallTokens, common_prefix_len, merge_calls
+from coderl.proxy.merge import CallTokens, merge_calls
+from coderl.tokens import common_prefix
 
 
 def call(
@@ -13,10 +14,10 @@ def call(
     return CallTokens(cid, prompt, completion, [-float(t) / 100 for t in completion], version, head)
 
 
-def test_common_prefix_len() -> None:
-    assert common_prefix_len([1, 2, 3], [1, 2, 4]) == 2
-    assert common_prefix_len([], [1]) == 0
-    assert common_prefix_len([1, 2], [1, 2, 3]) == 2
+def test_common_prefix() -> None:
+    assert common_prefix([1, 2, 3], [1, 2, 4]) == 2
+    assert common_prefix([], [1]) == 0
+    assert common_prefix([1, 2], [1, 2, 3]) == 2
 
 
 def test_consecutive_calls_merge_with_inserted_tokens_masked() -> None:

@@ -37,17 +37,10 @@ import aiohttp
 from rich.console import Console
 
 from coderl.bench.report import machine_info, percentile
+from coderl.ports import free_port
 
 LEVELS = (1, 64, 256)
 ADMIN = "bench-admin-token"
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _spawn(stack: ExitStack, argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
@@ -210,7 +203,7 @@ async def bench_proxy(
     with ExitStack() as stack:
         engines, proxies, lites = {}, {}, {}
         for kind, lat in (("instant", 0.0), ("slow", latency_s)):
-            port = _free_port()
+            port = free_port()
             proc = _spawn(
                 stack, [py, "-m", "coderl.bench.proxy_engine", "--port", str(port), "--latency", str(lat)]
             )
@@ -220,7 +213,7 @@ async def bench_proxy(
         ):
             for kind, (url, proc) in engines.items():
                 await _wait_ready(f"{url}/health", proc, f"scripted engine ({kind})")
-                port = _free_port()
+                port = free_port()
                 db = (
                     Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="coderl-bench-proxy-")))
                     / "record.sqlite"
@@ -237,7 +230,7 @@ async def bench_proxy(
                 try:
                     exe = litellm_executable(console)
                     for kind, (url, _) in engines.items():
-                        port = _free_port()
+                        port = free_port()
                         proc = _spawn(
                             stack,
                             [str(exe), "--model", "openai/coderl", "--api_base", f"{url}/v1", "--port", str(port),

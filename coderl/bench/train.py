@@ -167,23 +167,29 @@ checkpointing at the configured size)."""
 
 
 def _peak_by_micro_batch(cfg: Config, quick: bool) -> list[dict[str, Any]]:
-    """Peak RSS of two train steps of the configured actor (:mod:`coderl.bench.train_peak`) at each
-    micro-batch size, and with gradient checkpointing flipped at the configured size."""
+    """Peak RSS and the steady step's seconds of two train steps of the configured actor
+    (:mod:`coderl.bench.train_peak`) at each micro-batch size, and with gradient checkpointing flipped
+    at the configured size; then (not ``quick``, when the run warm-starts under LoRA) the same for the
+    warm start's full-weight actor, whose AdamW state is the largest a run holds."""
     import subprocess
     import sys
 
+    actors = {"RL" if cfg.actor.lora_rank else "full weights": cfg.actor}
+    if not quick and cfg.actor.lora_rank and cfg.sft.before_rl:
+        actors["warm start (full weights)"] = cfg.actor.model_copy(update={"lora_rank": 0})
     base = cfg.actor.micro_batch_tokens
-    plans = [(n, cfg.actor.gradient_checkpointing) for n in ((base,) if quick else sorted({*PEAK_SIZES, base}))]
-    plans.append((base, not cfg.actor.gradient_checkpointing))
     rows = []
-    for tokens, checkpointing in plans:
-        actor = cfg.actor.model_copy(update={"micro_batch_tokens": tokens, "gradient_checkpointing": checkpointing})
-        command = [sys.executable, "-m", "coderl.bench.train_peak", actor.model_dump_json(), str(cfg.model.path or ""), str(cfg.run.seed)]
-        done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=1800)
-        if done.returncode != 0:
-            raise RuntimeError(f"bench train: the peak-memory run failed: {done.stderr[-1500:]}")
-        rows.append({"micro_batch_tokens": tokens, "gradient_checkpointing": checkpointing,
-                     **json.loads(done.stdout.strip().splitlines()[-1])})  # fmt: skip
+    for name, configured in actors.items():
+        plans = [(n, configured.gradient_checkpointing) for n in ((base,) if quick else sorted({*PEAK_SIZES, base}))]
+        plans.append((base, not configured.gradient_checkpointing))
+        for tokens, checkpointing in plans:
+            actor = configured.model_copy(update={"micro_batch_tokens": tokens, "gradient_checkpointing": checkpointing})
+            command = [sys.executable, "-m", "coderl.bench.train_peak", actor.model_dump_json(), str(cfg.model.path or ""), str(cfg.run.seed)]
+            done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=1800)
+            if done.returncode != 0:
+                raise RuntimeError(f"bench train: the peak-memory run failed: {done.stderr[-1500:]}")
+            rows.append({"actor": name, "micro_batch_tokens": tokens, "gradient_checkpointing": checkpointing,
+                         **json.loads(done.stdout.strip().splitlines()[-1])})  # fmt: skip
     return rows
 
 
@@ -315,13 +321,15 @@ def to_markdown(r: dict[str, Any]) -> str:
         lines += [
             "",
             f"Peak memory of the configured actor (`actor.*` as `coderl train` runs it, {r['dtype']}) over two train "
-            "steps of the same batch, each row in a process of its own (peak RSS, MB):",
+            "steps of the same batch (8 sequences of 128–1024 tokens), and of the warm start's full-weight actor, "
+            "each row in a process of its own (peak RSS, MB; the second step's seconds):",
             "",
-            "| micro_batch_tokens | gradient checkpointing | after loading | after two steps |",
-            "|---|---|---|---|",
+            "| actor | micro_batch_tokens | gradient checkpointing | after loading | after two steps | step s |",
+            "|---|---|---|---|---|---|",
             *[
-                f"| {p['micro_batch_tokens']} | {'on' if p['gradient_checkpointing'] else 'off'} | "
-                f"{p['loaded_mb']:.0f} | **{p['peak_mb']:.0f}** |"
+                f"| {p.get('actor', 'RL')} | {p['micro_batch_tokens']} | {'on' if p['gradient_checkpointing'] else 'off'} | "
+                f"{p['loaded_mb']:.0f} | **{p['peak_mb']:.0f}** | "
+                + (f"{p['step_s']:.1f} |" if "step_s" in p else "– |")
                 for p in peaks
             ],
         ]

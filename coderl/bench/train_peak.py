@@ -6,7 +6,7 @@ each micro-batch size is measured in a fresh process):
 ``ACTOR_JSON`` is an ``actor`` section (its ``micro_batch_tokens`` and ``gradient_checkpointing`` are
 what varies). Two train steps over the bench's variable-length batch (8 sequences of 128 to 1024
 tokens); prints one JSON object: the peak resident set after loading the actor and after the steps,
-in MB.
+in MB, and the second step's seconds.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import resource
 import sys
+import time
 from pathlib import Path
 
 from coderl.train.config import ActorConfig
@@ -33,9 +34,12 @@ def main(argv: list[str]) -> None:
     loaded = peak_mb()
     seqs, starts = variable_batch(int(actor.model.config.vocab_size), 8, 128, 1024, seed=int(argv[2]))
     loss = _nll(sum(len(s) - st for s, st in zip(seqs, starts, strict=True)))
-    for _ in range(2):
+    seconds = []
+    for _ in range(2):  # the second step is the steady state: the optimizer's state exists by then
+        t0 = time.perf_counter()
         actor.train_step(seqs, starts, 1.0, loss)
-    print(json.dumps({"loaded_mb": loaded, "peak_mb": peak_mb()}))
+        seconds.append(time.perf_counter() - t0)
+    print(json.dumps({"loaded_mb": loaded, "peak_mb": peak_mb(), "step_s": seconds[-1]}))
 
 
 if __name__ == "__main__":

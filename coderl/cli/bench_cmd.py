@@ -45,6 +45,12 @@ def _engine(cfg: Config, ns: argparse.Namespace, console: Console) -> dict[str, 
     return asyncio.run(bench_engine(cfg, quick=ns.quick, console=console))
 
 
+def _load(cfg: Config, ns: argparse.Namespace, console: Console) -> dict[str, Any]:
+    from coderl.bench.load import bench_load
+
+    return bench_load(cfg, quick=ns.quick, hogs=ns.hogs, console=console)
+
+
 def _engine_cuda(cfg: Config, ns: argparse.Namespace, console: Console) -> dict[str, Any]:
     from coderl.bench.engine_cuda import bench_engine_cuda
 
@@ -138,6 +144,15 @@ checkpoint; every step rolls out once and updates (no group refilled), so the mo
 BENCHES: dict[str, Bench] = {
     "engine": Bench(
         "engine throughput, TTFT and prefix-cache speedup vs Hugging Face generate", "engine", _engine
+    ),
+    "load": Bench(
+        "the embedded engine on a shared machine: decode tok/s alone and beside CPU hogs (other torch "
+        "processes), per OpenMP wait policy",
+        "load",
+        _load,
+        [("--hogs", {"type": int, "default": None,
+                     "help": "hog processes beside the engine (default: one per core)"})],
+        train_defaults=True,
     ),
     "engine-cuda": Bench(
         "the embedded engine on a GPU (each decode mode) vs Hugging Face generate batched, at 1/8/64 concurrent",

@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -27,6 +26,7 @@ from coderl.checkpoint import resolve_checkpoint
 from coderl.cluster.files import write_files
 from coderl.config import Config
 from coderl.errors import ClusterError
+from coderl.ports import free_port
 
 
 def server_command(
@@ -67,12 +67,6 @@ def server_command(
     return [*cmd, *c.engine_args], env
 
 
-def _free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
-
-
 class EngineLauncher:
     """Launches one server and stages weights for it (module doc)."""
 
@@ -89,7 +83,7 @@ class EngineLauncher:
             return self.url
         host = _node_ip()
         folder = await asyncio.to_thread(resolve_checkpoint, self.cfg.model.path, self.cfg.model.cache_dir)
-        port = _free_port(host)
+        port = free_port(host)
         cmd, env = server_command(self.cfg, folder, host, port, self.key)
         log = (self.dir / "server.log").open("wb")
         self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)  # noqa: ASYNC220 (returns at once)

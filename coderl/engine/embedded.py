@@ -32,7 +32,7 @@ import torch
 
 from coderl.engine.base import Engine, TokenSink
 from coderl.engine.config import EngineConfig, ModelConfig
-from coderl.engine.kv_cache import KVRows, PrefixCache, SequenceKV, common_prefix, copy_prefix
+from coderl.engine.kv_cache import KVRows, PrefixCache, SequenceKV, copy_prefix
 from coderl.engine.params import SamplingParams
 from coderl.engine.runner import Chunk, DecodeStep, ModelRunner
 from coderl.engine.sampler import SampleRequest, sample
@@ -40,6 +40,7 @@ from coderl.engine.stops import StopWatch
 from coderl.engine.weights import load_weights
 from coderl.errors import EngineError, EngineUnavailableError, PromptTooLongError
 from coderl.threads import in_own_thread
+from coderl.tokens import common_prefix
 from coderl.types import Completion
 
 log = logging.getLogger(__name__)

@@ -186,22 +186,6 @@ class KVRows:
             kv.data = data[:, :, row]
 
 
-def common_prefix(a: list[int], b: list[int]) -> int:
-    """Length of the longest common prefix of two id lists (a bisection over slice comparisons, which
-    run in C: the engine compares every waiting prompt with the cached and running ones)."""
-    n = min(len(a), len(b))
-    if a[:n] == b[:n]:
-        return n
-    lo, hi = 0, n  # a[:lo] == b[:lo] and a[:hi] != b[:hi]
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if a[:mid] == b[:mid]:
-            lo = mid
-        else:
-            hi = mid
-    return lo
-
-
 @torch.inference_mode()
 def copy_prefix(source: SequenceKV, tokens: list[int], layout: KVLayout) -> SequenceKV:
     """A new sequence holding ``source``'s KV of ``tokens`` (its first ``len(tokens)`` positions, which

@@ -31,6 +31,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from coderl.tokens import common_prefix
 from coderl.types import Trajectory
 
 
@@ -69,15 +70,6 @@ class MergeResult:
         }
 
 
-def common_prefix_len(a: list[int], b: list[int]) -> int:
-    """Length of the longest common prefix of two id lists."""
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
-
-
 def _context(traj: Trajectory) -> list[int]:
     return traj.prompt_ids + traj.response_ids
 
@@ -95,7 +87,7 @@ def split_reason(
     if prompt == last_prompt:
         return "retry"
     context = _context(traj)
-    shared = common_prefix_len(prompt, context)
+    shared = common_prefix(prompt, context)
     if shared >= len(last_prompt):
         return "reply_rewritten"
     opening = len(generation_prompt or [])

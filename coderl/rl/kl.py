@@ -58,10 +58,11 @@ def kl_penalty(logp: Tensor, ref_logp: Tensor, kind: KLName) -> Tensor:
 
 
 def entropy_from_logits(logits: Tensor) -> Tensor:
-    """Entropy of the next-token distribution: H = logsumexp(z) - sum_v softmax(z)_v * z_v.
+    """Entropy of the next-token distribution, float32: H = -sum_v p_v log p_v with log p = log_softmax(z).
 
-    ``logits`` [B, T, V] -> [B, T]; materialises the [B, T, V] softmax, so chunk over T for big vocabularies.
+    ``logits`` [..., V] -> [...]; materialises the softmax, so chunk over rows for big vocabularies.
+    (The form logsumexp(z) - sum_v p_v z_v cancels two large numbers and loses the entropy of a
+    near-certain row to rounding.)
     """
-    log_norm = torch.logsumexp(logits, dim=-1)  # [B, T]
-    probs = torch.softmax(logits, dim=-1)  # [B, T, V]
-    return log_norm - (probs * logits).sum(-1)  # [B, T]
+    logp = torch.log_softmax(logits.float(), dim=-1)  # [..., V]
+    return -(logp.exp() * logp).sum(dim=-1)  # [...]

@@ -38,6 +38,7 @@ from coderl.checkpoint import load_model, load_tokenizer, resolve_checkpoint, to
 from coderl.engine.decoder import unsupported_reason
 from coderl.engine.sampler import effective_temperature, token_logprobs
 from coderl.errors import ConfigError, ModelError
+from coderl.rl import entropy_from_logits
 from coderl.threads import cancel_point
 from coderl.train.config import ActorConfig
 from coderl.train.packing import (
@@ -68,12 +69,6 @@ class Scored:
     logprobs: torch.Tensor  # [n]
     entropy: torch.Tensor | None  # [n]
     values: torch.Tensor | None = None  # [n] value head predictions (actors with a value head)
-
-
-def entropy_from_logits(logits: torch.Tensor, temperature: float) -> torch.Tensor:
-    """Entropy of ``softmax(logits / T)`` per row, float32: logits ``[M, V]`` -> ``[M]``."""
-    logp = torch.log_softmax(logits.float() / effective_temperature(temperature), dim=-1)  # [M, V]
-    return -(logp.exp() * logp).sum(dim=-1)  # [M]
 
 
 def delta_weight(layer: Any) -> torch.Tensor:
@@ -381,7 +376,9 @@ class Actor:
                 logits, forwarded = padded_logits(model, sequences, starts, self.device)  # [M, V]
                 logits = (logits if keep is None else logits[keep]).float()  # [M or K, V]
                 logprobs = token_logprobs(logits, targets, temperature)  # [M or K]
-                entropy = entropy_from_logits(logits, temperature) if with_entropy else None  # [M or K]
+                entropy = (  # [M or K]
+                    entropy_from_logits(logits.float() / effective_temperature(temperature)) if with_entropy else None
+                )
         if with_values:  # float32, outside autocast: a scalar regression head is cheap and precision-hungry
             assert self.value_head is not None and self.cfg.packing
             values = self.value_head(hidden.float())[:, 0]  # [M]

@@ -36,8 +36,8 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 from coderl.engine.decoder import AttentionShape, project_qkv, rotary
-from coderl.engine.kv_cache import common_prefix
 from coderl.errors import ConfigError
+from coderl.tokens import common_prefix
 from coderl.train.vocab import DEFAULT_CHUNK, chunked_logprobs
 
 Range = tuple[int, int]

@@ -21,7 +21,6 @@ from __future__ import annotations
 import io
 import logging
 import os
-import socket
 import traceback
 from datetime import timedelta
 from pathlib import Path
@@ -31,6 +30,7 @@ import torch
 
 from coderl.cluster.config import ClusterConfig
 from coderl.errors import ConfigError, ModelError
+from coderl.ports import free_port
 from coderl.train.actor import Actor, LossFn, Policy, Scored
 from coderl.train.config import ActorConfig
 
@@ -48,13 +48,6 @@ def _send(conn: Any, value: Any) -> None:
 
 def _recv(conn: Any) -> Any:
     return torch.load(io.BytesIO(conn.recv_bytes()), map_location="cpu", weights_only=False)
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port on ``host`` nobody listens on now (the process group's rendezvous)."""
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 def backend_for(cfg: ActorConfig) -> str:

@@ -29,9 +29,10 @@ from typing import Any
 from coderl.cluster.config import ClusterConfig
 from coderl.cluster.ray_rollouts import import_ray
 from coderl.errors import ClusterError, ModelError
+from coderl.ports import free_port
 from coderl.train.actor import replace_folder
 from coderl.train.config import ActorConfig
-from coderl.train.ranks import START_TIMEOUT_S, free_port, run_call, start_rank
+from coderl.train.ranks import START_TIMEOUT_S, run_call, start_rank
 
 CHUNK_BYTES = 64 << 20
 """A checkpoint crosses the cluster in pieces this size: memory and the object store stay bounded."""

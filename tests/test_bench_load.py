@@ -1,0 +1,43 @@
+"""`coderl bench load --quick`: the engine measured in processes of its own, alone and beside a hog
+process, per OpenMP policy; the hogs are gone afterwards and the section names every policy."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from coderl.bench import load
+from coderl.bench.load import to_markdown
+from coderl.cli.main import main
+
+pytestmark = pytest.mark.slow
+
+
+def _hogs_running() -> int:
+    out = subprocess.run(["pgrep", "-f", "coderl.bench.load hog"], capture_output=True, text=True)
+    return len(out.stdout.split())
+
+
+def test_bench_load_quick_measures_each_policy_alone_and_beside_a_hog(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(load, "POLICIES", {"default": {}, "passive": {"OMP_WAIT_POLICY": "PASSIVE"}})
+    assert main(["bench", "load", "--quick", "--hogs", "1", "--json", "engine.max_batch_size=8"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["hogs"] == 1 and set(result["policies"]) == {"default", "passive"}
+    for p in result["policies"].values():
+        assert len(p["runs"]["alone"]) == len(p["runs"]["loaded"]) == 1
+        assert p["alone_tok_s"] > 0 and p["loaded_tok_s"] > 0
+        assert p["loaded_ratio"] == pytest.approx(p["loaded_tok_s"] / p["alone_tok_s"])
+    assert result["policies"]["default"]["vs_default_alone"] == 1.0
+    assert _hogs_running() == 0  # every hog was stopped
+    table = to_markdown(result)
+    assert "OMP_WAIT_POLICY=PASSIVE" in table and "(libgomp default)" in table
+
+
+def test_a_failed_measurement_says_why() -> None:
+    with pytest.raises(RuntimeError, match="measurement failed"):
+        load._measure({"config": {"engine": {"max_batch_size": 0}}}, dict(os.environ))
