@@ -26,8 +26,10 @@ def peak_mb() -> float:
 
 def main(argv: list[str]) -> None:
     from coderl.bench.train import _nll, variable_batch
+    from coderl.memory import bound_heap
     from coderl.train.actor import Actor
 
+    bound_heap()  # as every coderl command does
     cfg = ActorConfig.model_validate(json.loads(argv[0]))
     actor = Actor(cfg, Path(argv[1]) if argv[1] else None, None)
     actor.setup()

@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 
 from coderl import __version__
 from coderl.errors import CoderlError
+from coderl.memory import bound_heap
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -271,6 +272,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 0 if ns.command is None else 2
     ns.config_path, ns.config_overrides = _split_config(ns) if hasattr(ns, "overrides") else (None, [])
+    try:
+        bound_heap()
+    except ValueError as exc:
+        print(f"coderl: error: {exc}", file=sys.stderr)
+        return 2
     try:
         return int(ns.func(ns))
     except CoderlError as exc:

@@ -30,6 +30,7 @@ import torch
 
 from coderl.cluster.config import ClusterConfig
 from coderl.errors import ConfigError, ModelError
+from coderl.memory import bound_heap
 from coderl.ports import free_port
 from coderl.train.actor import Actor, LossFn, Policy, Scored
 from coderl.train.config import ActorConfig
@@ -86,6 +87,7 @@ def _rank_main(
     import torch.distributed as dist
 
     try:
+        bound_heap()  # as the coderl command does in the driver (coderl.memory)
         actor = start_rank(
             cfg, rank, world, f"tcp://127.0.0.1:{port}", model_path, cache_dir, value_head,
             threads=max(1, (os.cpu_count() or 1) // world), gpu=rank,

@@ -1,0 +1,62 @@
+"""coderl.memory: the process's resident set, its per-phase peak, and the pinned mmap threshold that
+keeps freed activations from staying resident."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from coderl.memory import HEAP_ENV, bound_heap, peak_rss_mb, reset_peak, rss_mb
+
+# frees 30 blocks of 10 MB out of 31, the last kept (so the heap cannot shrink from its top), after a
+# 20 MB block was freed (which raises glibc's own threshold to 20 MB): what stays resident?
+HOLES = """
+import ctypes, ctypes.util, json, sys
+from coderl.memory import bound_heap, rss_mb
+bound_heap(dict(json.loads(sys.argv[1])))
+libc = ctypes.CDLL(ctypes.util.find_library("c"))
+libc.malloc.restype = ctypes.c_void_p
+libc.free.argtypes = [ctypes.c_void_p]
+big = libc.malloc(20 << 20); ctypes.memset(big, 1, 20 << 20); libc.free(big)
+before = rss_mb()
+blocks = [libc.malloc(10 << 20) for _ in range(31)]
+for b in blocks:
+    ctypes.memset(b, 1, 10 << 20)
+for b in blocks[:-1]:
+    libc.free(b)
+print(json.dumps({"kept_mb": rss_mb() - before}))
+"""
+
+
+def _kept(env: dict[str, str]) -> float:
+    out = subprocess.run([sys.executable, "-c", HOLES, json.dumps(env)], capture_output=True, text=True, check=True)
+    return float(json.loads(out.stdout)["kept_mb"])
+
+
+def test_a_pinned_threshold_returns_freed_blocks_that_glibc_would_keep() -> None:
+    assert _kept({HEAP_ENV: "0"}) > 200  # glibc's rising threshold: 300 MB of holes stay resident
+    assert _kept({}) < 40  # pinned at 1 MB (the default): each block was a mapping, unmapped when freed
+
+
+def test_the_threshold_setting_is_checked_and_a_user_setting_stands() -> None:
+    assert bound_heap({"MALLOC_MMAP_THRESHOLD_": "65536"}) is None  # glibc's own variable wins
+    assert bound_heap({HEAP_ENV: "0"}) is None
+    assert bound_heap({HEAP_ENV: "2"}) == 2.0
+    assert bound_heap({}) == 1.0
+    for bad in ("lots", "-1", "64"):
+        with pytest.raises(ValueError, match=rf"{HEAP_ENV}='{bad}'"):
+            bound_heap({HEAP_ENV: bad})
+
+
+def test_a_phase_peak_starts_again_after_a_reset() -> None:
+    import ctypes
+
+    assert rss_mb() > 10 and peak_rss_mb() >= rss_mb()
+    block = ctypes.create_string_buffer(200 << 20)  # touched: resident
+    high = peak_rss_mb()
+    del block
+    assert reset_peak()
+    assert peak_rss_mb() < high - 150  # the new phase's peak starts at the resident set now
