@@ -15,6 +15,7 @@ import yaml
 from coderl.bench.learn import paired_rise
 from coderl.bench.train import variable_batch
 from coderl.cli.main import main
+from coderl.config.packaged import default_train_config
 
 
 def test_variable_batch_spreads_lengths_evenly() -> None:
@@ -49,7 +50,11 @@ def test_bench_train_quick_measures_packing(capsys: pytest.CaptureFixture[str]) 
     assert result["peak_memory_mb"] > 100  # a 135M-parameter model and its optimizer state live here
     # peak RSS of the actor alone, each setting in a process of its own: the default and checkpointing flipped
     peaks = result["peak_rss_mb"]
-    assert [(p["micro_batch_tokens"], p["gradient_checkpointing"]) for p in peaks] == [(4096, False), (4096, True)]
+    actor = yaml.safe_load(default_train_config().read_text())["actor"]
+    tokens, checkpointing = actor.get("micro_batch_tokens", 4096), actor.get("gradient_checkpointing", False)
+    assert [(p["micro_batch_tokens"], p["gradient_checkpointing"]) for p in peaks] == [
+        (tokens, checkpointing), (tokens, not checkpointing)
+    ]
     assert all(p["peak_mb"] >= p["loaded_mb"] > 100 and p["step_s"] > 0 for p in peaks)
     assert {p["actor"] for p in peaks} == {"RL"}  # --quick: the warm start's actor is left out
     assert result["batch"]["padded_tokens"] > result["batch"]["real_tokens"]

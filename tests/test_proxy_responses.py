@@ -167,6 +167,23 @@ async def test_function_calls_and_outputs_round_trip_into_one_trajectory(
         assert c2["prompt_ids"][-len(tool_turn) :] == tool_turn
 
 
+async def test_two_calls_in_one_reply_come_back_as_one_trajectory(chat: ChatFormat, tmp_path: Path) -> None:
+    two = CALL_TEXT + "\n" + CALL_TEXT.replace('"ls"', '"pwd"')
+    engine = scripted(chat.tokenizer, [two, "done"])
+    async with proxy_client(chat, engine, tmp_path / "p.db") as (client, _):
+        s = await new_session(client)
+        conv: list[dict[str, Any]] = [{"role": "user", "content": "list"}]
+        body = {"instructions": "sys", "tools": TOOLS}
+        first = (await client.post(url(s), json={**body, "input": conv}, headers=auth(s))).json()
+        calls = [o for o in first["output"] if o["type"] == "function_call"]
+        assert [json.loads(c["arguments"]) for c in calls] == [{"cmd": "ls"}, {"cmd": "pwd"}]
+        assert len({c["call_id"] for c in calls}) == 2
+        outputs = [{"type": "function_call_output", "call_id": c["call_id"], "output": "x"} for c in calls]
+        await client.post(url(s), json={**body, "input": [*conv, *first["output"], *outputs]}, headers=auth(s))
+        rec = await record(client, s["id"])
+        assert rec["stats"]["trajectories"] == 1 and rec["stats"]["splits"] == 0  # both ids match the record
+
+
 @pytest.mark.parametrize(
     "tool",
     [
