@@ -9,6 +9,7 @@ import pytest
 from coderl.engine import SamplingParams
 from coderl.engine.router import Router
 from coderl.engine.scripted import ScriptedEngine
+from coderl.engine.sticky import StickySessions
 from coderl.errors import EngineUnavailableError
 
 P = SamplingParams(max_tokens=2)
@@ -32,6 +33,19 @@ async def test_sessions_stick_to_their_replica() -> None:
         for s, rep in first.items():
             assert (await router.generate([1, 2, 3], P, session_id=s)).replica == rep
     assert len(set(first.values())) == 2  # sessions spread over both replicas
+
+
+def test_sticky_sessions_by_hand() -> None:
+    sticky: StickySessions[int] = StickySessions(2)
+    sticky.pin("a", 0)
+    sticky.pin("b", 1)
+    assert sticky.get("a") == 0  # "a" is now the most recently used
+    sticky.pin("c", 1)  # evicts "b", the least recently used
+    assert "b" not in sticky and len(sticky) == 2
+    assert sticky.drop_where(lambda k: k == 1) == 1 and "c" not in sticky
+    assert sticky.drop("a") == 0 and sticky.drop("a") is None and sticky.get("zz") is None
+    with pytest.raises(ValueError, match="max_sessions"):
+        StickySessions(0)
 
 
 async def test_sticky_entries_are_lru_bounded() -> None:

@@ -22,13 +22,13 @@ import asyncio
 import contextlib
 import itertools
 import logging
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from coderl.engine.base import Engine, TokenSink
 from coderl.engine.params import SamplingParams
+from coderl.engine.sticky import StickySessions
 from coderl.errors import EngineUnavailableError
 from coderl.types import Completion
 
@@ -60,7 +60,7 @@ class Router(Engine):
         self._alive = [True] * len(replicas)
         self._last_used = [0] * len(replicas)
         self._clock = itertools.count(1)
-        self._sticky: OrderedDict[str, int] = OrderedDict()
+        self._sticky: StickySessions[int] = StickySessions(max_sessions)
         self._probe: asyncio.Task[None] | None = None
         self.moved_sessions = 0
         self._version = 0  # weight updates through this router
@@ -107,12 +107,11 @@ class Router(Engine):
 
     def replica_for(self, session_id: str | None) -> int:
         """The replica a request would go to now (sticky entry, else least in flight)."""
-        if session_id is not None and session_id in self._sticky:
-            idx = self._sticky[session_id]
-            if self._alive[idx]:
-                self._sticky.move_to_end(session_id)
-                return idx
-            del self._sticky[session_id]
+        pinned = self._sticky.get(session_id) if session_id is not None else None
+        if pinned is not None and session_id is not None:
+            if self._alive[pinned]:
+                return pinned
+            self._sticky.drop(session_id)
             self.moved_sessions += 1
         live = [i for i, ok in enumerate(self._alive) if ok]
         if not live:
@@ -121,9 +120,7 @@ class Router(Engine):
             )
         idx = min(live, key=lambda i: (self._in_flight[i], self._last_used[i]))
         if session_id is not None:
-            self._sticky[session_id] = idx
-            while len(self._sticky) > self.max_sessions:
-                self._sticky.popitem(last=False)
+            self._sticky.pin(session_id, idx)
         return idx
 
     async def generate(
@@ -183,7 +180,7 @@ class Router(Engine):
 
     async def end_session(self, session_id: str) -> None:
         """Drop the session's sticky entry and tell its replica."""
-        idx = self._sticky.pop(session_id, None)
+        idx = self._sticky.drop(session_id)
         if idx is not None and self._alive[idx]:
             try:
                 await self.replicas[idx].end_session(session_id)
@@ -245,10 +242,7 @@ class Router(Engine):
         if self._alive[idx]:
             log.warning("router: taking replica %s out: %s", self.replicas[idx].name, exc)
         self._alive[idx] = False
-        gone = [s for s, i in self._sticky.items() if i == idx]
-        for s in gone:
-            del self._sticky[s]
-        self.moved_sessions += len(gone)
+        self.moved_sessions += self._sticky.drop_where(lambda i: i == idx)
 
     async def _probe_loop(self) -> None:
         while True:

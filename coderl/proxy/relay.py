@@ -29,7 +29,6 @@ import itertools
 import logging
 import secrets
 import time
-from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from coderl.engine.base import Engine, TokenSink
 from coderl.engine.params import SamplingParams
+from coderl.engine.sticky import StickySessions
 from coderl.errors import ConfigError, EngineError, EngineOverloadedError, EngineUnavailableError
 from coderl.proxy.config import ProxyConfig
 from coderl.proxy.relay_protocol import (
@@ -166,7 +166,7 @@ class RelayEngine(Engine):
         self.model = model
         self._hub_id = secrets.token_hex(4)
         self._links: dict[str, WorkerLink] = {}  # by worker name
-        self._sticky: OrderedDict[str, str] = OrderedDict()  # session id -> worker name
+        self._sticky: StickySessions[str] = StickySessions(cfg.max_sticky_sessions)  # -> worker name
         self._ids = itertools.count(1)
         self._clock = itertools.count(1)
         self._joined = asyncio.Event()
@@ -446,20 +446,20 @@ class RelayEngine(Engine):
         link.last_used = next(self._clock)
         return link
 
+    async def end_session(self, session_id: str) -> None:
+        """Forget the session's worker (its next call, if any, goes to the least busy one)."""
+        self._sticky.drop(session_id)
+
     def _sticky_link(self, session_id: str | None, candidates: list[WorkerLink]) -> WorkerLink:
-        if session_id is not None and session_id in self._sticky:
-            name = self._sticky[session_id]
+        name = self._sticky.get(session_id) if session_id is not None else None
+        if name is not None:
             for link in candidates:
                 if link.name == name:
-                    self._sticky.move_to_end(session_id)
                     return link
             self.counters["moved_sessions"] += 1
         link = min(candidates, key=lambda c: (c.load, c.last_used))
         if session_id is not None:
-            self._sticky[session_id] = link.name
-            self._sticky.move_to_end(session_id)
-            while len(self._sticky) > self.cfg.max_sticky_sessions:
-                self._sticky.popitem(last=False)
+            self._sticky.pin(session_id, link.name)
         return link
 
     async def _ask(self, link: WorkerLink, request_id: str, message: Generate | UpdateWeights) -> Answer:
