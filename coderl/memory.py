@@ -10,8 +10,12 @@ Why :func:`bound_heap`: glibc serves a block of at least its mmap threshold with
 returned to the system when freed, and smaller ones from its heaps, which keep what they free. The
 threshold starts at 128 KiB but rises to the size of any mapped block freed (up to 32 MiB), so after
 the first training step a step's activations (blocks of 1-30 MB) come from the heaps, and their
-holes stay resident: the warm start's actor peaked at 4.2-4.8 GB with gradient checkpointing and
-3.3 GB with the threshold pinned at 1 MiB (one measurement each, 2026-11-26).
+holes stay resident. Pinned, every big block is a fresh mapping, and its pages fault in again on
+each use. Measured 2026-11-26 on 2 idle cores, the warm start's full-weight actor with gradient
+checkpointing (two steps of 8 sequences, 4.6k tokens, one process each): glibc's own threshold
+4.1 GB peak, 25.3 s a step; pinned at 1 MB 3.3 GB, 34.6 s; at 4 MB 3.6 GB, 32.6 s. So time comes
+first by default (no pin), and ``CODERL_MMAP_THRESHOLD_MB=1`` trades a third more step time for a
+fifth less memory.
 
 Where ``/proc`` is missing (not Linux) the peak falls back to ``ru_maxrss``, which only grows, and a
 phase's peak is then the process's peak so far.
@@ -67,12 +71,12 @@ def reset_peak() -> bool:
 
 _M_MMAP_THRESHOLD = -3  # mallopt's parameter number (glibc's malloc.h)
 HEAP_ENV = "CODERL_MMAP_THRESHOLD_MB"
-DEFAULT_THRESHOLD_MB = 1.0
+DEFAULT_THRESHOLD_MB = 0.0
 
 
 def bound_heap(env: dict[str, str] | None = None) -> float | None:
-    """Pin glibc's mmap threshold (module doc) at ``$CODERL_MMAP_THRESHOLD_MB`` (default 1 MB; 0 leaves
-    glibc's own rising threshold) unless glibc's ``MALLOC_MMAP_THRESHOLD_`` is set already. The
+    """Pin glibc's mmap threshold (module doc) at ``$CODERL_MMAP_THRESHOLD_MB`` MB (unset or 0: glibc's
+    own rising threshold, the default) unless glibc's ``MALLOC_MMAP_THRESHOLD_`` is set already. The
     threshold in MB it set, or None where it set nothing (the user's setting, not glibc, 0)."""
     env = dict(os.environ) if env is None else env
     if "MALLOC_MMAP_THRESHOLD_" in env:
