@@ -167,6 +167,47 @@ async def test_function_calls_and_outputs_round_trip_into_one_trajectory(
         assert c2["prompt_ids"][-len(tool_turn) :] == tool_turn
 
 
+PATCH = "*** Begin Patch\n*** Update File: a.py\n@@\n-x = 1\n+x = 2\n*** End Patch"
+APPLY_PATCH = {
+    "type": "custom", "name": "apply_patch", "description": "Edit files with a patch.",
+    "format": {"type": "grammar", "syntax": "lark", "definition": 'start: "*** Begin Patch" /(.|\\n)+/'},
+}  # fmt: skip
+
+
+async def test_a_custom_tool_takes_free_text_and_round_trips_into_one_trajectory(
+    chat: ChatFormat, tmp_path: Path
+) -> None:
+    """The Codex CLI's apply_patch: a custom tool. The model sees a function with one string parameter
+    (its grammar in the description), and its call comes back as a custom_tool_call with that text."""
+    call = '<tool_call>\n' + json.dumps({"name": "apply_patch", "arguments": {"input": PATCH}}) + '\n</tool_call>'
+    engine = scripted(chat.tokenizer, [call, call, "done"])
+    async with proxy_client(chat, engine, tmp_path / "p.db") as (client, _):
+        s = await new_session(client)
+        conv: list[dict[str, Any]] = [{"role": "user", "content": "fix it"}]
+        body = {"instructions": "sys", "tools": [APPLY_PATCH, *TOOLS]}
+        first = (await client.post(url(s), json={**body, "input": conv}, headers=auth(s))).json()
+        (item,) = first["output"]
+        assert item["type"] == "custom_tool_call" and item["name"] == "apply_patch" and item["input"] == PATCH
+        assert item["id"].startswith("ctc_") and item["call_id"].startswith("call_")
+        assert first["tools"][0] == {**{k: APPLY_PATCH[k] for k in ("type", "name", "description", "format")}}
+        assert first["tools"][1]["type"] == "function"
+        shown = chat.tokenizer.decode(engine.calls[0].prompt_ids)
+        assert "apply_patch" in shown and "lark grammar" in shown and "Begin Patch" in shown
+        streamed = events((await client.post(url(s), json={**body, "input": "again", "stream": True}, headers=auth(s))).text)
+        kinds = [e["type"] for e in streamed]
+        assert "response.custom_tool_call_input.delta" in kinds and "response.function_call_arguments.delta" not in kinds
+        done = next(e for e in streamed if e["type"] == "response.custom_tool_call_input.done")
+        assert done["input"] == PATCH and streamed[-1]["response"]["output"][0]["input"] == PATCH
+        result = {"type": "custom_tool_call_output", "call_id": item["call_id"], "output": "Done!"}
+        await client.post(url(s), json={**body, "input": [*conv, item, result]}, headers=auth(s))
+        rec = await record(client, s["id"])
+        assert rec["stats"]["trajectories"] == 2  # "again" began a conversation of its own
+        assert rec["calls"][2]["base_call_id"] == rec["calls"][0]["id"]  # the custom call matched the record
+        bad = {**body, "tools": [{**APPLY_PATCH, "format": {"type": "regex"}}], "input": "x"}
+        r = await client.post(url(s), json=bad, headers=auth(s))
+        assert r.status_code == 400 and r.json()["error"]["param"] == "tools[0].format"
+
+
 async def test_two_calls_in_one_reply_come_back_as_one_trajectory(chat: ChatFormat, tmp_path: Path) -> None:
     two = CALL_TEXT + "\n" + CALL_TEXT.replace('"ls"', '"pwd"')
     engine = scripted(chat.tokenizer, [two, "done"])

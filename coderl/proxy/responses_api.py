@@ -5,8 +5,9 @@ The request's ``instructions`` and ``input`` items become the chat messages the 
 (``model.tool_format``) and the merge into trajectories are the chat endpoint's. The reply comes back
 as output items: a ``message`` with one ``output_text`` part and one ``function_call`` item per call.
 
-Supported: ``input`` (a string, or message / function_call / function_call_output items),
-``instructions``, function ``tools``, ``tool_choice`` (auto / none / required / one named function,
+Supported: ``input`` (a string, or message / function_call / function_call_output items, and their
+custom_tool_call counterparts), ``instructions``, function and custom ``tools`` (a custom tool's free
+text travels as a function's one string parameter: :mod:`coderl.proxy.responses_items`), ``tool_choice`` (auto / none / required / one named function,
 forced in token space: :mod:`coderl.proxy.tool_choice`), ``max_output_tokens`` (a cut reply is
 ``incomplete`` with reason ``max_output_tokens``), ``temperature``, ``top_p``, ``stream``
 (:mod:`coderl.proxy.responses_stream`), ``store`` and ``previous_response_id``
@@ -34,7 +35,14 @@ from coderl.chat import ChatFormat
 from coderl.engine.params import SamplingParams
 from coderl.proxy.errors import ApiError
 from coderl.proxy.openai_api import SEED_MOD, call_headers, streamed, token_strings
-from coderl.proxy.responses_items import chat_messages, chat_tools, echo_tools, input_items, output_items
+from coderl.proxy.responses_items import (
+    chat_messages,
+    chat_tools,
+    custom_names,
+    echo_tools,
+    input_items,
+    output_items,
+)
 from coderl.proxy.responses_memory import ResponseMemory, StoredResponse
 from coderl.proxy.responses_stream import ResponseStream
 from coderl.proxy.service import CallRequest, ProxyService, request_key
@@ -142,7 +150,7 @@ def response_head(
         "temperature": 1.0 if body.temperature is None else body.temperature,
         "text": {"format": {"type": "text"}},
         "tool_choice": "auto" if body.tool_choice is None else body.tool_choice,
-        "tools": echo_tools(tools),
+        "tools": echo_tools(body.tools, tools),
         "top_p": 1.0 if body.top_p is None else body.top_p,
         "truncation": body.truncation or "disabled",
         "usage": None,
@@ -171,7 +179,7 @@ def output_logprobs(chat: ChatFormat, row: CallRow) -> list[dict[str, Any]]:
 
 
 def response_body(
-    head: dict[str, Any], row: CallRow, logprobs: list[dict[str, Any]] | None
+    head: dict[str, Any], row: CallRow, logprobs: list[dict[str, Any]] | None, custom: frozenset[str] = frozenset()
 ) -> dict[str, Any]:
     """The finished response of a recorded call."""
     r = row.result
@@ -182,7 +190,7 @@ def response_body(
         "created_at": r["created"],
         "status": "incomplete" if incomplete else "completed",
         "incomplete_details": {"reason": "max_output_tokens"} if incomplete else None,
-        "output": output_items(row, logprobs),
+        "output": output_items(row, logprobs, custom),
         "usage": usage(row),
     }
 
@@ -222,7 +230,8 @@ def responses_router(service: ProxyService, memory: ResponseMemory | None = None
             rid = request.get("previous_response_id")
         parent = memory.get(session_id, rid) if rid is not None else None
         for rid_, row, request in reversed(chain):  # from the oldest: each continues the one before
-            parent = StoredResponse(parent, (*input_items(request["input"]), *output_items(row)))
+            custom = custom_names(request.get("tools"))
+            parent = StoredResponse(parent, (*input_items(request["input"]), *output_items(row, None, custom)))
             memory.put(session_id, rid_, parent)
         return parent
 
@@ -236,6 +245,7 @@ def responses_router(service: ProxyService, memory: ResponseMemory | None = None
         session = service.agent_session(request, session_id)
         check_supported(body)
         tools = chat_tools(body.tools)
+        custom = custom_names(body.tools)
         choice = responses_tool_choice(body.tool_choice, tools)
         new_items = input_items(body.input)
         parent = earlier(session.id, body.previous_response_id)
@@ -265,9 +275,10 @@ def responses_router(service: ProxyService, memory: ResponseMemory | None = None
         def finish(row: CallRow) -> dict[str, Any]:
             """The final response; kept for previous_response_id unless store is false."""
             if body.store is not False:
-                stored = StoredResponse(parent, (*new_items, *output_items(row)))
+                stored = StoredResponse(parent, (*new_items, *output_items(row, None, custom)))
                 memory.put(session.id, f"resp_{row.result['id']}", stored)
-            return response_body(head, row, output_logprobs(service.chat, row) if with_logprobs else None)
+            logprobs = output_logprobs(service.chat, row) if with_logprobs else None
+            return response_body(head, row, logprobs, custom)
 
         try:
             if body.stream:

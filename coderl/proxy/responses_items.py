@@ -10,7 +10,14 @@ Input (``input`` as a string is one user message; otherwise a list of items):
   before it (a reply with text and calls comes back as a message item followed by its calls), or opens
   one without text;
 - a ``function_call_output`` item: a tool message (``tool_call_id`` = its ``call_id``), rendered as the
-  tool result the chat template expects.
+  tool result the chat template expects;
+- ``custom_tool_call`` / ``custom_tool_call_output`` items: the same, for custom (freeform) tools.
+
+Custom tools (``{"type": "custom", "name": ..., "format": ...}``, such as the Codex CLI's
+``apply_patch``) take free text, not JSON. The model sees each as a function with one string
+parameter, ``input`` (its description says the format: free text, or the grammar given), so the
+model's tool-call format carries it; a call of it comes back as a ``custom_tool_call`` item whose
+``input`` is that string, and goes back into the conversation as the same function call.
 
 Refused with a 400 that names the item: ``reasoning`` items (this proxy's replies never hold any, and a
 summary or encrypted content from elsewhere is no text this model wrote, so rendering it would put words
@@ -18,12 +25,13 @@ in its mouth), ``item_reference`` (send the item itself, or use ``previous_respo
 outputs of built-in tools, and content parts that are not text (images, files, audio).
 
 Output: a recorded reply is a ``message`` item with one ``output_text`` part (when the reply has text or
-no tool calls), then one ``function_call`` item per call. Sent back as input, they convert to the very
+no tool calls), then one ``function_call`` (or ``custom_tool_call``) item per call. Sent back as input, they convert to the very
 assistant message the chat endpoint returns for that reply, which is what lets the proxy reuse its ids.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from coderl.chat.tools import arguments_dict
@@ -36,7 +44,9 @@ Item = dict[str, Any]
 
 ROLES = ("user", "assistant", "system", "developer")
 TEXT_PARTS = ("input_text", "output_text")
-_INPUT_KINDS = "message, function_call and function_call_output"
+_INPUT_KINDS = "message, function_call, function_call_output, custom_tool_call and custom_tool_call_output"
+CUSTOM_INPUT = "input"
+"""The one string parameter a custom tool is shown to the model with."""
 
 
 def input_items(value: str | list[Item]) -> list[Item]:
@@ -58,13 +68,13 @@ def chat_messages(items: list[Item], instructions: str | None, first: int = 0) -
             msg = _message(item, where)
             out.append(msg)
             reply = msg if msg["role"] == "assistant" else None
-        elif kind == "function_call":
-            call = _function_call(item, where)
+        elif kind in ("function_call", "custom_tool_call"):
+            call = _function_call(item, where) if kind == "function_call" else _custom_call(item, where)
             if reply is None:
                 reply = {"role": "assistant", "content": None}
                 out.append(reply)
             reply.setdefault("tool_calls", []).append(call)
-        elif kind == "function_call_output":
+        elif kind in ("function_call_output", "custom_tool_call_output"):
             out.append(_call_output(item, where))
             reply = None
         else:
@@ -130,6 +140,15 @@ def _function_call(item: Item, where: str) -> dict[str, Any]:
     return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
 
 
+def _custom_call(item: Item, where: str) -> dict[str, Any]:
+    name, call_id = _string(item, "name", where), _string(item, "call_id", where)
+    text = item.get("input")
+    if not isinstance(text, str):
+        raise ApiError(400, f"{where}.input must be a string; got {text!r}", param=f"{where}.input")
+    arguments = json.dumps({CUSTOM_INPUT: text}, ensure_ascii=False)
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
 def _call_output(item: Item, where: str) -> Message:
     call_id = _string(item, "call_id", where)
     output = _text(item.get("output"), f"{where}.output", ("input_text", "output_text"))
@@ -164,13 +183,17 @@ def chat_tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]] | Non
     for i, tool in enumerate(tools):
         where = f"tools[{i}]"
         kind = tool.get("type")
+        if kind == "custom":
+            out.append({"type": "function", "function": _custom_function(tool, where)})
+            continue
         if kind != "function":
             raise ApiError(
                 400,
                 f"{where} is a {kind!r} tool, which this proxy does not serve: it runs no built-in tools "
                 "(web_search, file_search, computer_use_preview, code_interpreter, image_generation, "
-                "local_shell, mcp, custom...); declare a function tool "
-                "{'type': 'function', 'name': ..., 'parameters': {...}} and run it in the agent",
+                "local_shell, mcp...); declare a function tool "
+                "{'type': 'function', 'name': ..., 'parameters': {...}} (or a custom tool, "
+                "{'type': 'custom', 'name': ...}) and run it in the agent",
                 param=f"{where}.type",
             )
         function: dict[str, Any] = {"name": _string(tool, "name", where)}
@@ -186,22 +209,63 @@ def chat_tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]] | Non
     return out
 
 
-def echo_tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
-    """The response's ``tools``: the function tools in Responses' flat shape."""
-    return [
-        {
-            "type": "function",
-            "name": t["function"]["name"],
-            "description": t["function"].get("description"),
-            "parameters": t["function"].get("parameters"),
-            "strict": t["function"].get("strict"),
-        }
-        for t in tools or []
-    ]
+def _custom_function(tool: dict[str, Any], where: str) -> dict[str, Any]:
+    """A custom tool as the function the model is shown (module doc)."""
+    name = _string(tool, "name", where)
+    description = tool.get("description")
+    if description is not None and not isinstance(description, str):
+        raise ApiError(400, f"{where}.description must be a string or null; got {description!r}", f"{where}.description")
+    fmt = tool.get("format") or {"type": "text"}
+    kind = fmt.get("type") if isinstance(fmt, dict) else None
+    if kind == "text":
+        how = "Free text, written as it is (not JSON)."
+    elif kind == "grammar" and isinstance(fmt.get("definition"), str):
+        how = f"Free text (not JSON) in this {fmt.get('syntax', 'grammar')} grammar:\n{fmt['definition']}"
+    else:
+        raise ApiError(
+            400,
+            f"{where}.format must be {{'type': 'text'}} or {{'type': 'grammar', 'syntax': ..., 'definition': "
+            f"...}}; got {fmt!r}",
+            param=f"{where}.format",
+        )
+    parameters = {
+        "type": "object",
+        "properties": {CUSTOM_INPUT: {"type": "string", "description": how}},
+        "required": [CUSTOM_INPUT],
+    }
+    return {"name": name, **({"description": description} if description else {}), "parameters": parameters}
 
 
-def output_items(row: CallRow, logprobs: list[dict[str, Any]] | None = None) -> list[Item]:
-    """A recorded reply as output items: the message (text, ``logprobs`` if asked for), then its calls."""
+def custom_names(tools: list[dict[str, Any]] | None) -> frozenset[str]:
+    """The names of the request's custom tools (their calls come back as ``custom_tool_call`` items)."""
+    return frozenset(t["name"] for t in tools or [] if t.get("type") == "custom" and isinstance(t.get("name"), str))
+
+
+def echo_tools(raw: list[dict[str, Any]] | None, tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    """The response's ``tools``: function tools in Responses' flat shape, custom tools as given."""
+    out: list[dict[str, Any]] = []
+    for given, t in zip(raw or [], tools or [], strict=True):
+        if given.get("type") == "custom":
+            out.append({"type": "custom", "name": given["name"], "description": given.get("description"),
+                        "format": given.get("format") or {"type": "text"}})  # fmt: skip
+            continue
+        out.append(
+            {
+                "type": "function",
+                "name": t["function"]["name"],
+                "description": t["function"].get("description"),
+                "parameters": t["function"].get("parameters"),
+                "strict": t["function"].get("strict"),
+            }
+        )
+    return out
+
+
+def output_items(
+    row: CallRow, logprobs: list[dict[str, Any]] | None = None, custom: frozenset[str] = frozenset()
+) -> list[Item]:
+    """A recorded reply as output items: the message (text, ``logprobs`` if asked for), then its calls
+    (a call of a tool named in ``custom`` with one string ``input`` is a ``custom_tool_call``)."""
     r = row.result
     uid = r["id"]
     items: list[Item] = []
@@ -217,6 +281,19 @@ def output_items(row: CallRow, logprobs: list[dict[str, Any]] | None = None) -> 
             }
         )
     for i, call in enumerate(r["tool_calls"]):
+        text = _custom_input(call) if call["function"]["name"] in custom else None
+        if text is not None:
+            items.append(
+                {
+                    "id": f"ctc_{uid}_{i}",
+                    "type": "custom_tool_call",
+                    "status": "completed",
+                    "call_id": call["id"],
+                    "name": call["function"]["name"],
+                    "input": text,
+                }
+            )
+            continue
         items.append(
             {
                 "id": f"fc_{uid}_{i}",
@@ -228,3 +305,14 @@ def output_items(row: CallRow, logprobs: list[dict[str, Any]] | None = None) -> 
             }
         )
     return items
+
+
+def _custom_input(call: dict[str, Any]) -> str | None:
+    """The ``input`` of a custom tool's call when the model wrote exactly that one string argument
+    (anything else comes back as a function call, so nothing it wrote is lost)."""
+    try:
+        args = arguments_dict(call["function"]["arguments"])
+    except ChatError:
+        return None
+    value = args.get(CUSTOM_INPUT)
+    return value if set(args) == {CUSTOM_INPUT} and isinstance(value, str) else None

@@ -7,7 +7,8 @@ While the engine samples: ``response.created`` and ``response.in_progress`` (the
 part), then ``response.output_text.delta`` events. Once the call is recorded: the rest of the text,
 ``response.output_text.done``, ``response.content_part.done`` and ``response.output_item.done``; for
 each tool call ``response.output_item.added`` (a ``function_call`` with empty arguments),
-``response.function_call_arguments.delta`` and ``.done``, ``response.output_item.done``; last
+``response.function_call_arguments.delta`` and ``.done`` (``response.custom_tool_call_input.delta`` and
+``.done`` for a custom tool's call), ``response.output_item.done``; last
 ``response.completed``, or ``response.incomplete`` when max_output_tokens cut the reply. The output
 items and the final response are the ones the non-streamed call answers.
 """
@@ -94,13 +95,16 @@ class ResponseStream:
             out.append(self.event("response.output_item.done", output_index=0, item=message))
         first = len(body["output"]) - len(items)
         for index, item in enumerate(items, start=first):
-            opened = {**item, "status": "in_progress", "arguments": ""}
+            field, kind = (
+                ("input", "response.custom_tool_call_input")
+                if item["type"] == "custom_tool_call"
+                else ("arguments", "response.function_call_arguments")
+            )
+            opened = {**item, "status": "in_progress", field: ""}
             where = {"item_id": item["id"], "output_index": index}
             out.append(self.event("response.output_item.added", output_index=index, item=opened))
-            out.append(self.event("response.function_call_arguments.delta", **where, delta=item["arguments"]))
-            out.append(
-                self.event("response.function_call_arguments.done", **where, arguments=item["arguments"])
-            )
+            out.append(self.event(f"{kind}.delta", **where, delta=item[field]))
+            out.append(self.event(f"{kind}.done", **where, **{field: item[field]}))
             out.append(self.event("response.output_item.done", output_index=index, item=item))
         final = "response.incomplete" if body["status"] == "incomplete" else "response.completed"
         out.append(self.event(final, response=body))

@@ -80,11 +80,15 @@ def responses_tool_choice(
     value: str | dict[str, Any] | None, tools: list[dict[str, Any]] | None
 ) -> ToolChoice:
     """The Responses API's ``tool_choice``: "auto" (default), "none", "required", or
-    ``{"type": "function", "name": ...}``; ``tools`` in the chat form (:mod:`coderl.proxy.responses_items`)."""
+    ``{"type": "function" or "custom", "name": ...}``; ``tools`` in the chat form
+    (:mod:`coderl.proxy.responses_items`, where a custom tool is a function too)."""
     name = value.get("name") if isinstance(value, dict) else None
+    if isinstance(value, dict) and value.get("type") == "custom":
+        value = {**value, "type": "function"}
     return _function_choice(
-        value, name, tools, '{"type": "function", "name": "<tool>"} (built-in tools and allowed_tools are not served)'
-    )
+        value, name, tools,
+        '{"type": "function" or "custom", "name": "<tool>"} (built-in tools and allowed_tools are not served)',
+    )  # fmt: skip
 
 
 def _function_choice(
