@@ -10,8 +10,10 @@ batch, measured 2026-11-24); the same step in a thread that ends leaves it as fa
 trainer's heavy calls (set-up, updates, the warm start, weight export,
 checkpoints) go through :func:`in_own_thread`.
 
-Each such call also ends by handing the C heap's free pages back to the system (glibc's
-``malloc_trim``). A training step allocates and frees gigabytes of activations and weight copies, and
+Each such call also starts and ends by handing the C heap's free pages back to the system (glibc's
+``malloc_trim``): glibc gives each thread an arena of its own, and what the engine's thread freed
+(finished sequences' KV) stays resident in the engine's arena, where a training step in another
+thread cannot reuse it. A training step allocates and frees gigabytes of activations and weight copies, and
 glibc keeps freed pages mapped in the arena that freed them: a train step and a weight export, eight
 times over, left a 135M-parameter actor's process at 12 GB resident, and the main job (with a second
 held-out set) was killed for memory at 24 GB; trimmed after each call it stays at 1.9 GB.
@@ -117,6 +119,7 @@ async def in_own_thread(fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs
 
     def run() -> None:
         call, given, named = job.pop()
+        release_free_memory()  # what other threads freed (the engine's KV) is returned before this allocates
         box: list[tuple[T | None, BaseException | None]] = []
         try:
             box.append((context.run(call, *given, **named), None))

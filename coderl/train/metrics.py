@@ -11,6 +11,7 @@ from typing import Any
 
 from coderl.memory import peak_rss_mb, reset_peak
 from coderl.rollout.runner import RolloutResult
+from coderl.threads import release_free_memory
 
 
 class StageTimer:
@@ -128,6 +129,7 @@ def mark_peak(row: dict[str, Any]) -> None:
     """Record in ``row`` (``rss_peak_mb``) this process's peak resident set since the last mark, and
     start the next phase's. Only this process: a Ray actor's or an engine server's memory is their own."""
     row["rss_peak_mb"] = round(peak_rss_mb())
+    release_free_memory()  # the phase's freed memory, before the next phase's peak starts counting
     reset_peak()
 
 
