@@ -21,7 +21,15 @@ from coderl.tasks import grade, load_tasks
 from coderl.train.actor import Actor
 from coderl.train.config import ActorConfig, SFTConfig
 from coderl.train.demos import NOT_IN_ISSUE, _changed_span, gold_plan, gold_turns, issue_callee, one_line_fix
-from coderl.train.sft import build_demos, check_demos, check_gold_kinds, nll_loss, synth_kind, train_sft
+from coderl.train.sft import (
+    build_demos,
+    check_demos,
+    check_gold_kinds,
+    nll_loss,
+    sft_steps,
+    synth_kind,
+    train_sft,
+)
 from coderl.types import Trajectory
 from tests.test_tasks import GOLD, make_native
 
@@ -175,7 +183,9 @@ def test_sft_lowers_the_nll_and_coderl_sft_writes_a_model_folder(
     actor = Actor(ActorConfig(seed=0))
     actor.setup()
     rows = train_sft(actor, demos, SFTConfig(lr=1e-4, batch_size=1, epochs=2), seed=0)
-    assert len(rows) == 2 and rows[-1]["nll"] < rows[0]["nll"]
+    assert len(rows) == 2 == sft_steps(len(demos), SFTConfig(batch_size=1, epochs=2))  # the progress bar's total
+    assert rows[-1]["nll"] < rows[0]["nll"]
+    assert sft_steps(17, SFTConfig(batch_size=8, epochs=2, max_demos=16)) == 4
     out = tmp_path / "warm"
     args = ["sft", *small, f"sft.data=[gold:native:{suite}]", "sft.lr=1e-4", "sft.epochs=2"]
     assert main([*args, f"run.dir={tmp_path / 'run'}", "--out", str(out)]) == 0

@@ -55,10 +55,10 @@ def run_sft(ns: argparse.Namespace) -> int:
 def _train_and_export(
     ns: argparse.Namespace, cfg: Config, console: Console, run_dir: Path, actor: Policy, demos: list[Trajectory]
 ) -> int:
-    from coderl.train.sft import train_sft, write_demonstrated
+    from coderl.train.sft import sft_steps, train_sft, write_demonstrated
     from coderl.train.sync import export_checkpoint
 
-    steps = cfg.sft.epochs * -(-min(len(demos), cfg.sft.max_demos or len(demos)) // cfg.sft.batch_size)
+    steps = sft_steps(len(demos), cfg.sft)
     with progress_bars(console, name="sft") as progress:
         bar = progress.add_task("steps", total=steps, info="")
         rows = train_sft(

@@ -84,6 +84,7 @@ from coderl.train.sft import (
     check_demos,
     check_gold_kinds,
     read_demonstrated,
+    sft_steps,
     train_sft,
     write_demonstrated,
 )
@@ -437,7 +438,7 @@ class Trainer:
         check_demos(demos, made)
         write_demonstrated(self.run_dir, demos)
         self.demonstrated = {d.task_id for d in demos}
-        bar = progress.add_task("supervised warm start", total=None, info="")
+        bar = progress.add_task("supervised warm start", total=sft_steps(len(demos), cfg.sft), info="")
         nll: list[float] = []
 
         def on_step(row: dict[str, Any]) -> None:

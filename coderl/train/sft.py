@@ -133,6 +133,12 @@ def synth_kind(task: Task) -> str | None:
     return synth.get("kind") if isinstance(synth, dict) else None
 
 
+def sft_steps(demos: int, sft: SFTConfig) -> int:
+    """How many optimizer steps :func:`train_sft` takes over ``demos`` demonstrations."""
+    used = min(demos, sft.max_demos) if sft.max_demos is not None else demos
+    return sft.epochs * -(-used // sft.batch_size)
+
+
 def train_sft(
     actor: Policy,
     demos: list[Trajectory],
