@@ -1,9 +1,9 @@
 """This process's resident memory: now, its peak, and the peak of one phase of a run.
 
 Owns reading the kernel's figures (``/proc/self/status``: ``VmRSS`` and the high-water mark
-``VmHWM``) and resetting the high-water mark between phases (writing ``5`` to
-``/proc/self/clear_refs``), so a run can say which phase needed how much; and how the C heap hands
-out big blocks (:func:`bound_heap`). It does not free anything: returning the C heap's free pages is
+``VmHWM``), the peak of each phase of a run (:class:`PhasePeaks`, a thread that samples the resident
+set: resetting the kernel's own high-water mark would make ``/usr/bin/time`` and ``ru_maxrss``
+report only the last phase's peak), and how the C heap hands out big blocks (:func:`bound_heap`). It does not free anything: returning the C heap's free pages is
 :func:`coderl.threads.release_free_memory`'s job.
 
 Why :func:`bound_heap`: glibc serves a block of at least its mmap threshold with a mapping of its own,
@@ -28,10 +28,10 @@ import ctypes.util
 import os
 import resource
 import sys
+import threading
 from pathlib import Path
 
 _STATUS = Path("/proc/self/status")
-_CLEAR_REFS = Path("/proc/self/clear_refs")
 
 
 def _status_mb(field: str) -> float | None:
@@ -51,8 +51,7 @@ def rss_mb() -> float:
 
 
 def peak_rss_mb() -> float:
-    """The resident set's high-water mark, in MB: since the last :func:`reset_peak`, or since the
-    process started."""
+    """The resident set's high-water mark since the process started, in MB."""
     hwm = _status_mb("VmHWM")
     if hwm is not None:
         return hwm
@@ -60,13 +59,40 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / scale
 
 
-def reset_peak() -> bool:
-    """Start a new high-water mark at the current resident set; False where the kernel cannot."""
-    try:
-        _CLEAR_REFS.write_text("5")
-    except OSError:
-        return False
-    return True
+class PhasePeaks:
+    """The largest resident set sampled since the last :meth:`mark`: a daemon thread reads ``VmRSS``
+    every ``every_s`` seconds (a peak shorter than that can be missed; the process's own high-water
+    mark, :func:`peak_rss_mb`, never misses one)."""
+
+    def __init__(self, every_s: float = 0.25) -> None:
+        self.every_s = every_s
+        self._peak = rss_mb()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, name="coderl-rss", daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> None:
+        while not self._stop.wait(self.every_s):
+            self.observe()
+
+    def observe(self) -> float:
+        """Sample now; the phase's peak so far, in MB."""
+        now = rss_mb()
+        with self._lock:
+            self._peak = max(self._peak, now)
+            return self._peak
+
+    def mark(self) -> float:
+        """The phase's peak in MB; the next phase starts from the resident set now."""
+        peak = self.observe()
+        with self._lock:
+            self._peak = rss_mb()
+        return peak
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
 
 
 _M_MMAP_THRESHOLD = -3  # mallopt's parameter number (glibc's malloc.h)

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from coderl.memory import HEAP_ENV, bound_heap, peak_rss_mb, reset_peak, rss_mb
+from coderl.memory import HEAP_ENV, PhasePeaks, bound_heap, peak_rss_mb, rss_mb
 
 # frees 30 blocks of 10 MB out of 31, the last kept (so the heap cannot shrink from its top), after a
 # 20 MB block was freed (which raises glibc's own threshold to 20 MB): what stays resident?
@@ -51,12 +51,18 @@ def test_the_threshold_setting_is_checked_and_a_user_setting_stands() -> None:
             bound_heap({HEAP_ENV: bad})
 
 
-def test_a_phase_peak_starts_again_after_a_reset() -> None:
+def test_a_phase_peak_starts_again_at_each_mark_and_the_process_peak_stays() -> None:
     import ctypes
 
-    assert rss_mb() > 10 and peak_rss_mb() >= rss_mb()
-    block = ctypes.create_string_buffer(200 << 20)  # touched: resident
-    high = peak_rss_mb()
-    del block
-    assert reset_peak()
-    assert peak_rss_mb() < high - 150  # the new phase's peak starts at the resident set now
+    peaks = PhasePeaks(every_s=0.01)
+    try:
+        assert rss_mb() > 10 and peak_rss_mb() >= rss_mb()
+        block = ctypes.create_string_buffer(200 << 20)  # touched: resident
+        high = peaks.mark()
+        assert high > rss_mb() - 20 and high >= 200
+        del block
+        peaks.mark()  # this phase began with the block still resident
+        assert peaks.mark() < high - 150  # the next one began without it
+        assert peak_rss_mb() >= high  # the kernel's high-water mark (what /usr/bin/time reads) is untouched
+    finally:
+        peaks.close()

@@ -41,7 +41,7 @@ from coderl.config import Config
 from coderl.engine import create_engine
 from coderl.engine.base import Engine
 from coderl.errors import ConfigError
-from coderl.memory import peak_rss_mb, reset_peak
+from coderl.memory import PhasePeaks
 from coderl.progress import progress_bars
 from coderl.rl import keep_groups
 from coderl.rollout.context import ContextFactory
@@ -274,6 +274,7 @@ class Trainer:
         cfg = self.cfg
         sinks = MetricSinks(self.run_dir, cfg.train, cfg.model_dump(mode="json"))
         store = TrajectoryStore(self.run_dir)
+        self.peaks = PhasePeaks()  # each phase's peak memory, for metrics.jsonl and the summary
         try:
             await self.setup(resume)
             with progress_bars(self.console, name="train") as progress:
@@ -283,24 +284,24 @@ class Trainer:
                 if (self.val_tasks or self.val_also_tasks) and not any(r.get("step") == 0 for r in self.rows):
                     start = {"step": 0, "phase": "start", "policy_version": self.version}
                     start.update(await self._validation(progress).run(0))
-                    mark_peak(start)
+                    mark_peak(start, self.peaks)
                     sinks.write(start)
                     self.rows.append(start)
                 if cfg.sft.before_rl and not any(r.get("phase") == "sft" for r in self.rows):
                     warm = await self._warm_start(progress)
-                    mark_peak(warm)
+                    mark_peak(warm, self.peaks)
                     sinks.write(warm)
                     self.rows.append(warm)
                 if cfg.train.calibrate_tasks and self.start_step == 1 and not any(
                     r.get("phase") == "calibrate" for r in self.rows
                 ):
                     calibration = await self._calibrate(progress)
-                    mark_peak(calibration)
+                    mark_peak(calibration, self.peaks)
                     sinks.write(calibration)
                     self.rows.append(calibration)
                 for step in range(self.start_step, cfg.train.steps + 1):
                     row = await self.step(step, store, progress)
-                    mark_peak(row)
+                    mark_peak(row, self.peaks)
                     sinks.write(row)
                     self.rows.append(row)
                     progress.update(bar, advance=1, info=summary_line(row))
@@ -310,6 +311,7 @@ class Trainer:
                 await self.producer.stop()
             store.close()
             sinks.close()
+            self.peaks.close()
             await self.close()
         return self.finish()
 
@@ -447,8 +449,7 @@ class Trainer:
 
         sft_rows = await in_own_thread(train_sft, self.actor, demos, cfg.sft, cfg.run.seed, on_step)
         progress.remove_task(bar)
-        sft_peak = round(peak_rss_mb())  # demonstrations and supervised steps; the row's covers what follows
-        reset_peak()
+        sft_peak = round(self.peaks.mark())  # demonstrations and supervised steps; the row's covers what follows
         with (self.run_dir / "sft.jsonl").open("w") as out:
             out.writelines(json.dumps(r) + "\n" for r in sft_rows)
         if cfg.actor.lora_rank > 0:  # the RL phase trains LoRA adapters on the warm start's weights

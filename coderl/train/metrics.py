@@ -9,7 +9,7 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
-from coderl.memory import peak_rss_mb, reset_peak
+from coderl.memory import PhasePeaks
 from coderl.rollout.runner import RolloutResult
 from coderl.threads import release_free_memory
 
@@ -125,12 +125,11 @@ def run_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
 VALIDATION_SECONDS = ("val_s", "val_sampled_s", "val_also_s")
 
 
-def mark_peak(row: dict[str, Any]) -> None:
+def mark_peak(row: dict[str, Any], peaks: PhasePeaks) -> None:
     """Record in ``row`` (``rss_peak_mb``) this process's peak resident set since the last mark, and
     start the next phase's. Only this process: a Ray actor's or an engine server's memory is their own."""
-    row["rss_peak_mb"] = round(peak_rss_mb())
-    release_free_memory()  # the phase's freed memory, before the next phase's peak starts counting
-    reset_peak()
+    row["rss_peak_mb"] = round(peaks.mark())
+    release_free_memory()  # the phase's freed memory, before the next phase runs
 
 
 def phase_memory(rows: list[dict[str, Any]]) -> list[tuple[str, float]]:
