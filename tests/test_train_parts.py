@@ -400,3 +400,21 @@ def test_phase_minutes_by_hand() -> None:
         ("start validation", 3.0), ("warm start", 8.0), ("validation after it", 2.0), ("calibration", 2.0),
         ("RL (2 steps, 32 samples)", 2.0), ("validation during and after RL", 3.0),
     ]  # fmt: skip
+
+
+def test_phase_memory_by_hand() -> None:
+    from coderl.train.metrics import phase_memory
+
+    rows = [
+        {"step": 0, "phase": "start", "rss_peak_mb": 2000},
+        {"step": 0, "phase": "sft", "sft_rss_peak_mb": 7400, "rss_peak_mb": 3900},
+        {"step": 0, "phase": "calibrate", "rss_peak_mb": 2700},
+        {"step": 1, "pass_rate": 0.0, "rss_peak_mb": 5000},
+        {"step": 2, "pass_rate": 0.0, "rss_peak_mb": 5600},
+        {"step": 3, "pass_rate": 0.0},  # a step from before peaks were recorded
+    ]
+    assert phase_memory(rows) == [
+        ("set-up and start validation", 2000.0), ("warm start", 7400.0), ("validation after it", 3900.0),
+        ("calibration", 2700.0), ("RL steps", 5600.0),
+    ]  # fmt: skip
+    assert phase_memory([{"step": 1, "pass_rate": 0.0}]) == []  # a run from before: nothing printed
