@@ -100,10 +100,10 @@ HEAP_ENV = "CODERL_MMAP_THRESHOLD_MB"
 DEFAULT_THRESHOLD_MB = 0.0
 
 
-def bound_heap(env: dict[str, str] | None = None) -> float | None:
-    """Pin glibc's mmap threshold (module doc) at ``$CODERL_MMAP_THRESHOLD_MB`` MB (unset or 0: glibc's
-    own rising threshold, the default) unless glibc's ``MALLOC_MMAP_THRESHOLD_`` is set already. The
-    threshold in MB it set, or None where it set nothing (the user's setting, not glibc, 0)."""
+def heap_threshold_mb(env: dict[str, str] | None = None) -> float | None:
+    """The mmap threshold :func:`bound_heap` would pin, in MB, read from ``$CODERL_MMAP_THRESHOLD_MB``
+    (unset or 0: None, glibc's own rising threshold, the default); None too where glibc's
+    ``MALLOC_MMAP_THRESHOLD_`` is set (the user's setting stands). A bad value is a ValueError."""
     env = dict(os.environ) if env is None else env
     if "MALLOC_MMAP_THRESHOLD_" in env:
         return None
@@ -114,7 +114,14 @@ def bound_heap(env: dict[str, str] | None = None) -> float | None:
         raise ValueError(f"{HEAP_ENV}={raw!r}: give a size in MB (e.g. 1), or 0 for glibc's default") from None
     if mb < 0 or mb > 32:
         raise ValueError(f"{HEAP_ENV}={raw!r}: give a size from 0 to 32 MB (glibc's largest threshold)")
-    if mb == 0 or not sys.platform.startswith("linux"):
+    return mb or None
+
+
+def bound_heap(env: dict[str, str] | None = None) -> float | None:
+    """Pin glibc's mmap threshold (module doc) at :func:`heap_threshold_mb`, for the rest of the process;
+    the threshold in MB it set, or None where it set nothing."""
+    mb = heap_threshold_mb(env)
+    if mb is None or not sys.platform.startswith("linux"):
         return None
     name = ctypes.util.find_library("c")
     try:
