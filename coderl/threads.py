@@ -119,9 +119,9 @@ async def in_own_thread(fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs
 
     def run() -> None:
         call, given, named = job.pop()
-        release_free_memory()  # what other threads freed (the engine's KV) is returned before this allocates
         box: list[tuple[T | None, BaseException | None]] = []
         try:
+            release_free_memory()  # what other threads freed (the engine's KV) is returned before this allocates
             box.append((context.run(call, *given, **named), None))
         except BaseException as raised:  # handed to the awaiting task, as asyncio.to_thread does
             box.append((None, raised))

@@ -114,7 +114,11 @@ def test_the_thread_lets_go_of_what_it_was_given_and_made_before_the_caller_goes
 
     seen: list[bool] = []
     argument: list[weakref.ref[Thing]] = []
-    monkeypatch.setattr(coderl.threads, "release_free_memory", lambda: seen.append(argument[0]() is None))
+    def trimmed() -> None:  # called before the work (nothing to see yet) and after it
+        if argument:
+            seen.append(argument[0]() is None)
+
+    monkeypatch.setattr(coderl.threads, "release_free_memory", trimmed)
 
     def work(thing: Thing) -> Thing:
         argument.append(weakref.ref(thing))
