@@ -14,8 +14,9 @@ from coderl.checkpoint import load_model
 from coderl.engine import SamplingParams
 from coderl.engine.embedded import EmbeddedEngine
 from coderl.errors import ConfigError, ModelError
-from coderl.train.actor import Actor
+from coderl.train.actor import Actor, lr_factor
 from coderl.train.config import ActorConfig
+from coderl.train.forward import micro_batch_groups
 from coderl.train.packing import pack, prefix_sources, split_micro_batches
 from tests.conftest import hf_logprobs
 
@@ -82,11 +83,11 @@ def test_lr_schedule_warmup_then_cosine() -> None:
     with pytest.raises(ValueError, match="total_steps"):
         ActorConfig(lr_schedule="cosine")
     cfg = ActorConfig(lr_schedule="cosine", warmup_steps=2, total_steps=6, min_lr_ratio=0.0)
-    factor = Actor(cfg)._lr_lambda()
+    factor = lr_factor(cfg)
     assert [factor(s) for s in range(7)] == pytest.approx(
         [0.5, 1.0, 1.0, 0.5 + 0.5 * math.cos(math.pi / 4), 0.5, 0.5 - 0.5 * math.cos(math.pi / 4), 0.0]
     )
-    linear = Actor(ActorConfig(lr_schedule="linear", total_steps=4, min_lr_ratio=0.5))._lr_lambda()
+    linear = lr_factor(ActorConfig(lr_schedule="linear", total_steps=4, min_lr_ratio=0.5))
     assert [linear(s) for s in range(5)] == pytest.approx([1.0, 0.875, 0.75, 0.625, 0.5])
 
 
@@ -95,7 +96,7 @@ def test_lr_schedule_warmup_then_cosine() -> None:
 def test_packed_logprobs_match_hf_forward(batch: Any, hf_model: Any, budget: int) -> None:
     sequences, starts = batch
     actor = make_actor(micro_batch_tokens=budget)
-    assert len(actor._groups(sequences, starts)) == (1 if budget == 4096 else 3)  # [[0, 1], [2], [3]]
+    assert len(micro_batch_groups(actor.cfg, sequences, starts)) == (1 if budget == 4096 else 3)  # [[0, 1], [2], [3]]
     for temperature in (1.0, 0.7):
         scored = actor.score(sequences, starts, temperature)
         for seq, start, s in zip(sequences, starts, scored, strict=True):

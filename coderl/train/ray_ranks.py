@@ -30,7 +30,7 @@ from coderl.cluster.config import ClusterConfig
 from coderl.cluster.ray_rollouts import import_ray
 from coderl.errors import ClusterError, ModelError
 from coderl.ports import free_port
-from coderl.train.actor import replace_folder
+from coderl.train.actor_files import replace_folder
 from coderl.train.config import ActorConfig
 from coderl.train.ranks import START_TIMEOUT_S, run_call, start_rank
 
