@@ -113,7 +113,7 @@ def test_an_edge_task_drawn_edge_draws_times_goes_behind_the_untried_ones() -> N
 
 
 def test_the_calibration_pool_follows_calibrate_from() -> None:
-    from coderl.train.loop import calibration_pool
+    from coderl.train.calibrate import calibration_pool
 
     tasks = _tasks(4)
     shown = {"t0", "t2"}

@@ -26,6 +26,7 @@ from coderl.train.batch import build_batch, sequences_of
 from coderl.train.curriculum import Curriculum
 from coderl.train.ledger import SampledLedger
 from coderl.train.loop import Trainer
+from coderl.train.rollouts import TrainingRollouts
 from coderl.types import Task, Trajectory
 from tests.test_tasks import make_native
 
@@ -63,25 +64,26 @@ async def test_every_sequence_of_a_rollout_gets_its_counted_rows_advantage(
     ]  # fmt: skip
     cfg = load_config(overrides=overrides)
     trainer = Trainer(cfg, tmp_path)
-    trainer.tasks = load_tasks(f"native:{make_native(tmp_path)}")
-    trainer.curriculum = Curriculum(trainer.tasks, "none", {}, seed=0)
-    trainer.ledger = SampledLedger(ScriptedEngine())
-    trainer.contexts = ContextFactory(cfg.rollout, cfg.sandbox, ChatFormat(tokenizer))
+    tasks = load_tasks(f"native:{make_native(tmp_path)}")
+    ledger = SampledLedger(ScriptedEngine())
+    trainer.backend.contexts = ContextFactory(cfg.rollout, cfg.sandbox, ChatFormat(tokenizer))
+    await trainer.backend.serve(ledger)
+    rollouts = TrainingRollouts(cfg, trainer.backend, ledger, Curriculum(tasks, "none", {}, seed=0), None, lambda: 0)
     PartsLoop.started = itertools.count()
     with Progress(console=Console(file=io.StringIO())) as progress:
-        results = await trainer._rollout(trainer._draw(1), progress, "rollout")
-    trainable, mismatched = trainer._check(results)
+        results = await rollouts.rollout(rollouts.draw(1), progress, "rollout")
+    trainable, mismatched = rollouts.check(results)
     assert mismatched == 0 and len(trainable) == 4
     assert [r.trajectory.reward for r in trainable] == [1.0, 0.0, 1.0, 0.0]  # graded by the hidden tests
-    rollouts = [r.trajectory for r in trainable]
-    for traj in rollouts:  # one group per draw, set on every sequence, and the rollout's reward
+    trajectories = [r.trajectory for r in trainable]
+    for traj in trajectories:  # one group per draw, set on every sequence, and the rollout's reward
         assert {s.group_id for s in traj.sequences()} == {traj.group_id} and traj.group_id == "calc-001#1.0"
         assert {s.reward for s in traj.sequences()} == {traj.reward}
-    rows = sequences_of(rollouts)
+    rows = sequences_of(trajectories)
     for advantage in ESTIMATORS:
         algo = load_config(overrides=[*overrides, f"algo.advantage={advantage}"]).algo
         values = [torch.zeros(len(s.response_ids)) for s in rows] if advantage == "gae" else None
-        batch = build_batch(rollouts, algo, trainer.max_response, values=values)
+        batch = build_batch(trajectories, algo, trainer.max_response, values=values)
         adv, mask = batch.advantages, batch.mask
         assert torch.isfinite(adv).all() and adv.abs().max() < 10, advantage  # never reward / epsilon
         for i in range(batch.size):

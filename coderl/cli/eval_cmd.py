@@ -10,16 +10,12 @@ import json
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
-from coderl.chat import ChatFormat
 from coderl.cli.common import config_from_args
-from coderl.cluster.engines import RayEngines
-from coderl.cluster.ray_rollouts import RayRollouts, connect, import_ray
+from coderl.cluster.backend import RolloutBackend
 from coderl.config import Config
-from coderl.engine import create_engine
 from coderl.progress import progress_bars
-from coderl.rollout.context import ContextFactory
 from coderl.rollout.report import build_report
-from coderl.rollout.runner import RolloutResult, RolloutSettings, run_rollouts, task_groups
+from coderl.rollout.runner import RolloutResult, task_groups
 from coderl.rollout.store import TrajectoryStore
 from coderl.rundir import create_run_dir
 from coderl.tasks import load_tasks
@@ -69,37 +65,21 @@ def run_calibrate(ns: argparse.Namespace) -> int:
 
 
 async def _run(cfg: Config, command: str, grade: bool) -> list[RolloutResult]:
-
     console = Console(stderr=True)
     tasks = load_tasks(cfg.tasks.source)
     run_dir = create_run_dir(cfg, command)
-    remote = RayRollouts(cfg, grade=grade) if cfg.cluster.backend == "ray" else None
-    replicas: RayEngines | None = None  # cluster.engine_replicas: servers launched on the Ray cluster
-    ray_started = False
-    if remote is not None and cfg.cluster.engine_replicas:
-        ray_started = connect(cfg.cluster, remote.namespace)
-        replicas = RayEngines(cfg, remote.namespace)
-        try:
-            with console.status(f"launching {cfg.cluster.engine_replicas} engine replica(s) on the Ray cluster"):
-                engine = await replicas.start()
-        except BaseException:
-            await _leave_cluster(replicas, ray_started)
-            raise
-        console.print(f"engine replicas ({cfg.cluster.engine_server}): {', '.join(replicas.urls)}")
-    else:
-        engine = create_engine(cfg.engine, cfg.model, seed=cfg.run.seed)
-        with console.status("starting the engine"):
-            await engine.start()
-    chat = ChatFormat.for_model(cfg.model)
-    contexts = ContextFactory(cfg.rollout, cfg.sandbox, chat)
-    settings = RolloutSettings.from_config(cfg.rollout, cfg.tasks, grade=grade)
-    groups = task_groups(tasks, cfg.rollout.group_size)
+    backend = RolloutBackend(cfg, grade=grade)
     store = TrajectoryStore(run_dir)
     try:
-        if remote is not None:
-            with console.status("placing the rollout workers on the Ray cluster"):
-                await remote.start(engine, str(cfg.model.path or "coderl-policy"))
-            console.print(remote.describe())
+        replicas = cfg.cluster.engine_replicas if backend.on_ray else 0
+        with console.status(f"launching {replicas} engine replica(s) on the Ray cluster" if replicas else "starting the engine"):
+            await backend.start_engine()
+        if backend.replicas is not None:
+            console.print(f"engine replicas ({cfg.cluster.engine_server}): {', '.join(backend.replicas.urls)}")
+        with console.status("placing the rollout workers" if backend.on_ray else "starting"):
+            await backend.serve()
+        if backend.on_ray:
+            console.print(backend.describe())
         with progress_bars(
             console, TextColumn(f"{command}"), BarColumn(), MofNCompleteColumn(),
             TextColumn("pass rate {task.fields[pass_rate]}"), TimeElapsedColumn(),
@@ -112,22 +92,10 @@ async def _run(cfg: Config, command: str, grade: bool) -> list[RolloutResult]:
                 rate = sum(x.resolved for x in done) / len(done)
                 progress.update(bar, advance=1, pass_rate=f"{rate:.0%}" if grade else "n/a")
 
-            if remote is None:
-                results = await run_rollouts(groups, engine, contexts, settings, store, on_done)
-            else:  # the workers return each rollout as it finishes; stored here, as run_rollouts does
-
-                def store_and_count(r: RolloutResult) -> None:
-                    store.add(r.trajectory, r.record())
-                    on_done(r)
-
-                results = await remote.run(groups, on_done=store_and_count)
+            results = await backend.run(task_groups(tasks, cfg.rollout.group_size), on_done=on_done, store=store)
     finally:
-        if remote is not None:
-            await remote.stop()
         store.close()
-        await engine.stop()
-        if replicas is not None:
-            await _leave_cluster(replicas, ray_started)
+        await backend.stop()
     if grade:
         report = build_report(
             [r.report_row() for r in results], {t.id: t.tier for t in tasks}, cfg.rollout.pass_k
@@ -140,10 +108,3 @@ async def _run(cfg: Config, command: str, grade: bool) -> list[RolloutResult]:
     else:
         console.print(f"{len(results)} trajectories in {run_dir / 'trajectories'}")
     return results
-
-
-async def _leave_cluster(replicas: RayEngines, ray_started: bool) -> None:
-    """Stop the launched engine replicas, and the local Ray cluster if this command started it."""
-    await replicas.stop()
-    if ray_started:
-        import_ray().shutdown()

@@ -17,7 +17,7 @@ from pathlib import Path
 import tomllib
 
 from coderl.errors import TaskError
-from coderl.tasks.snapshot import snapshot_dir, tree_digest
+from coderl.tasks.snapshot import materialised, tree_digest
 from coderl.types import Task
 
 
@@ -32,16 +32,14 @@ def _workdir(environment: Path) -> str:
 
 def _workspace(folder: Path, task_id: str) -> Path:
     env = folder / "environment"
-    target = snapshot_dir(f"harbor-{task_id}-{tree_digest(env)[:16] if env.is_dir() else 'empty'}")
-    if not target.is_dir():
-        tmp = target.with_name(target.name + ".tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
+
+    def build(repo: Path) -> None:
         if env.is_dir():
-            shutil.copytree(env, tmp, ignore=shutil.ignore_patterns("Dockerfile", "docker-compose*.y*ml"))
+            shutil.copytree(env, repo, ignore=shutil.ignore_patterns("Dockerfile", "docker-compose*.y*ml"))
         else:
-            tmp.mkdir(parents=True)
-        tmp.rename(target)
-    return target
+            repo.mkdir()
+
+    return materialised(f"harbor-{task_id}-{tree_digest(env)[:16] if env.is_dir() else 'empty'}", build)
 
 
 def load_harbor_task(folder: Path) -> Task:

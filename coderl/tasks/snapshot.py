@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import tarfile
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from coderl.checkpoint import cache_root
@@ -29,6 +30,26 @@ def snapshot_dir(key: str) -> Path:
     return cache_root() / "snapshots" / key
 
 
+def materialised(key: str, build: Callable[[Path], None]) -> Path:
+    """The snapshot folder ``key`` names, made once: ``build(folder)`` fills a fresh folder beside it,
+    which is then renamed into place (a reader never sees half of one; when two processes build the same
+    key, the first rename wins and the other's copy goes)."""
+    target = snapshot_dir(key)
+    if target.is_dir():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".snap-", dir=target.parent))
+    try:
+        build(tmp / "repo")
+        try:
+            os.rename(tmp / "repo", target)
+        except OSError:  # another process made it first
+            pass
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
 @functools.lru_cache(maxsize=64)
 def _pristine_digest(folder: str) -> str:
     """tree_digest of a pristine repository, once per process (hundreds of tasks share one)."""
@@ -42,32 +63,20 @@ def reverse_applied(pristine: Path, patch: str, task_id: str, remove: list[str] 
     key = hashlib.sha256(
         (_pristine_digest(str(pristine.resolve())) + patch + "\0".join(remove)).encode()
     ).hexdigest()[:20]
-    target = snapshot_dir(f"{task_id}-{key}")
-    if target.is_dir():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".snap-", dir=target.parent))
-    try:
-        shutil.copytree(pristine, tmp / "repo", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+
+    def build(repo: Path) -> None:
+        shutil.copytree(pristine, repo, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         r = subprocess.run(
-            ["git", "apply", "-R", "--whitespace=nowarn", "-"],
-            input=patch.encode(),
-            cwd=tmp / "repo",
-            capture_output=True,
+            ["git", "apply", "-R", "--whitespace=nowarn", "-"], input=patch.encode(), cwd=repo, capture_output=True
         )
         if r.returncode != 0:
             raise TaskError(
                 f"task {task_id}: its gold patch does not reverse-apply to the pristine repo: {r.stderr.decode()[-500:]}"
             )
         for rel in remove:
-            (tmp / "repo" / rel).unlink(missing_ok=True)
-        try:
-            os.rename(tmp / "repo", target)
-        except OSError:  # another process made it first
-            pass
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return target
+            (repo / rel).unlink(missing_ok=True)
+
+    return materialised(f"{task_id}-{key}", build)
 
 
 def pack_folder(folder: Path) -> bytes:
@@ -81,18 +90,9 @@ def pack_folder(folder: Path) -> bytes:
 def unpacked(archive: bytes, task_id: str) -> Path:
     """A folder holding an embedded tar.gz snapshot (from a converted dataset), cached by content."""
     key = hashlib.sha256(archive).hexdigest()[:20]
-    target = snapshot_dir(f"{task_id}-{key}")
-    if target.is_dir():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".snap-", dir=target.parent))
-    try:
+
+    def build(repo: Path) -> None:
         with tarfile.open(fileobj=io.BytesIO(archive)) as tf:
-            tf.extractall(tmp / "repo", filter="data")
-        try:
-            os.rename(tmp / "repo", target)
-        except OSError:
-            pass
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return target
+            tf.extractall(repo, filter="data")
+
+    return materialised(f"{task_id}-{key}", build)

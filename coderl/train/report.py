@@ -13,8 +13,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from coderl.train.metrics import phase_minutes
-from coderl.train.validation import validation_cells
+from rich.console import Console
+
+from coderl.train.checkpoints import read_metrics
+from coderl.train.metrics import phase_memory, phase_minutes, run_summary
+from coderl.train.validation import validation_cells, validation_table
 
 _COLOURS = ["#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#4b5563"]
 _W, _H, _PAD = 520, 220, 58
@@ -120,6 +123,31 @@ def line_chart(title: str, rows: list[dict[str, Any]], keys: list[str]) -> str:
 def _interval(row: dict[str, Any], key: str) -> bool:
     ci = row.get(f"{key}_ci95")
     return isinstance(ci, list) and len(ci) == 2 and all(isinstance(v, (int, float)) for v in ci)
+
+
+def finish_report(run_dir: Path, console: Console) -> Path:
+    """The end of a run: its phases' minutes and peak memory, the validation table and the held-out
+    pass@1 printed from ``metrics.jsonl``, and ``report.html`` written; returns the report's path."""
+    rows = read_metrics(run_dir / "metrics.jsonl")
+    summary = run_summary(rows)
+    phases = phase_minutes(rows)
+    if phases:
+        console.print(
+            "phases (minutes): " + " | ".join(f"{name} {minutes:.1f}" for name, minutes in phases)
+            + f" | total {sum(m for _, m in phases):.1f}",
+            highlight=False,
+        )
+    peaks = phase_memory(rows)
+    if peaks:
+        console.print(
+            "peak memory of this process (GB): " + " | ".join(f"{name} {mb / 1024:.1f}" for name, mb in peaks),
+            highlight=False,
+        )
+    for line in validation_table(rows):
+        console.print(line, highlight=False, soft_wrap=True)
+    if "held-out pass@1" in summary:
+        console.print(f"held-out pass@1 (start -> end): {summary['held-out pass@1']}")
+    return write_report(run_dir, rows, summary)
 
 
 def write_report(run_dir: Path, rows: list[dict[str, Any]], summary: dict[str, Any]) -> Path:
