@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
 
 from coderl.bench.report import machine_info, percentile
+from coderl.ports import free_port
 from coderl.progress import progress_bars
 from coderl.sandbox import SandboxSpec, create_sandbox
 
@@ -85,16 +86,12 @@ async def bench_sandbox(
 
 
 async def _remote(base: SandboxSpec, n: int, per_worker: int) -> dict[str, Any]:
-    import socket
-
     import uvicorn
 
     from coderl.sandbox.server import create_sandbox_app
 
     token = secrets.token_urlsafe(16)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     server = uvicorn.Server(
         uvicorn.Config(
             create_sandbox_app([token], base.model_copy(update={"backend": "bwrap"})),
