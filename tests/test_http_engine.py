@@ -72,6 +72,28 @@ async def test_sessions_reuse_the_prefix_over_http(
     assert second.cached_tokens >= len(chat_prompts[2])
 
 
+async def test_ending_a_session_over_http_lets_the_server_drop_its_kv(
+    server: tuple[str, EmbeddedEngine], chat_prompts: list[list[int]]
+) -> None:
+    url, engine = server
+    eng = client(url)
+    await eng.start()
+    try:
+        params = SamplingParams(max_tokens=2, temperature=0)
+        for sid in ("end-a", "end-b"):
+            await eng.generate(chat_prompts[0], params, session_id=sid)
+        assert engine.has_session("end-a") and engine.has_session("end-b")
+        await eng.end_session("end-a")  # the older one goes; the newest ended one would stay as a donor
+        await eng.end_session("end-b")
+        await eng.generate([1], params)  # the engine's inbox is drained in order
+        assert not engine.has_session("end-a")
+        await client(url, "vllm").end_session("end-b")  # other APIs keep nothing per session: a no-op
+    finally:
+        await eng.stop()
+    async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {KEY}"}) as http:
+        assert (await http.post("/end_session", json={})).status_code == 422  # the body is checked
+
+
 async def test_wrong_key_is_refused(server: tuple[str, EmbeddedEngine]) -> None:
     url, _ = server
     eng = client(url, key="wrong")

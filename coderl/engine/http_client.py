@@ -272,6 +272,16 @@ class HTTPEngine(Engine):
             "logprob_start_len": -1,
         }
 
+    async def end_session(self, session_id: str) -> None:
+        """A coderl server drops the session's cached KV (``POST /end_session``); vLLM and SGLang keep no
+        per-session state to drop. Best effort: a server that cannot be told only keeps the KV longer."""
+        if self.api != "coderl" or self._client is None:
+            return
+        try:
+            await self._request("POST", "/end_session", payload={"session_id": session_id})
+        except EngineError as exc:
+            log.debug("%s: could not end session %s: %s", self.name, session_id, exc)
+
     async def update_weights(self, weights: Mapping[str, torch.Tensor] | str | Path) -> int:
         if not isinstance(weights, (str, Path)):
             raise EngineError(

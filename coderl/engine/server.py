@@ -10,6 +10,7 @@ Endpoints (shapes in :mod:`coderl.engine.wire`):
   POST /v1/load_lora_adapter, /load_lora_adapter        vLLM / SGLang: serve base + a peft adapter
   POST /v1/unload_lora_adapter, /unload_lora_adapter    ... and forget it
   GET  /stats                            coderl: engine counters and policy version
+  POST /end_session                      coderl: {"session_id": ...} sends no more turns (its KV may go)
 If an API key is configured, every endpoint but /health needs ``Authorization: Bearer <key>``.
 
 The engine merges an adapter into its weights (no LoRA kernels), so one adapter is served at a time:
@@ -35,6 +36,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from coderl.engine.base import Engine
 from coderl.engine.wire import (
     CompletionsRequest,
+    EndSessionRequest,
     GenerateRequest,
     LoraAdapterRequest,
     UpdateWeightsRequest,
@@ -146,6 +148,11 @@ def create_app(engine: Engine, model_name: str, tokenizer: Any = None, api_key: 
             request, engine.generate(body.input_ids, body.sampling(), body.session_id)
         )
         return generate_response(c, body.rid or uuid.uuid4().hex, decode(c.token_ids), body.return_logprob)
+
+    @app.post("/end_session", dependencies=[Depends(authorize)])
+    async def end_session(body: EndSessionRequest) -> dict[str, Any]:
+        await engine.end_session(body.session_id)
+        return {"success": True}
 
     @app.post("/update_weights_from_disk", dependencies=[Depends(authorize)])
     async def update_weights(body: UpdateWeightsRequest) -> JSONResponse:

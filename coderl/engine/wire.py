@@ -118,6 +118,14 @@ class LoraAdapterRequest(BaseModel):
     lora_path: str | None = None
 
 
+class EndSessionRequest(BaseModel):
+    """coderl ``POST /end_session``: the session sends no more turns; its cached KV may go."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    session_id: str = Field(min_length=1)
+
+
 class UpdateWeightsRequest(BaseModel):
     """SGLang ``POST /update_weights_from_disk``: load a checkpoint folder saved by the trainer."""
 
