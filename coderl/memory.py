@@ -23,13 +23,13 @@ phase's peak is then the process's peak so far.
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import os
 import resource
 import sys
 import threading
 from pathlib import Path
+
+from coderl.threads import glibc
 
 _STATUS = Path("/proc/self/status")
 
@@ -123,11 +123,7 @@ def bound_heap(env: dict[str, str] | None = None) -> float | None:
     mb = heap_threshold_mb(env)
     if mb is None or not sys.platform.startswith("linux"):
         return None
-    name = ctypes.util.find_library("c")
-    try:
-        libc = ctypes.CDLL(name) if name else None
-    except OSError:
-        return None
-    if libc is None or not hasattr(libc, "mallopt"):  # not glibc (musl has no mallopt)
+    libc = glibc()
+    if libc is None or not hasattr(libc, "mallopt"):  # not glibc (musl has neither)
         return None
     return mb if libc.mallopt(_M_MMAP_THRESHOLD, int(mb * 2**20)) == 1 else None

@@ -41,7 +41,8 @@ T = TypeVar("T")
 
 
 @functools.cache
-def _libc() -> ctypes.CDLL | None:
+def glibc() -> ctypes.CDLL | None:
+    """The process's C library where it is glibc (it has ``malloc_trim``), else None; looked up once."""
     name = ctypes.util.find_library("c")
     try:
         libc = ctypes.CDLL(name) if name else None
@@ -52,7 +53,7 @@ def _libc() -> ctypes.CDLL | None:
 
 def release_free_memory() -> None:
     """Return the C heap's free pages to the system (glibc's ``malloc_trim``; nothing elsewhere)."""
-    libc = _libc()
+    libc = glibc()
     if libc is not None:
         libc.malloc_trim(0)
 
