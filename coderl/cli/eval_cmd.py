@@ -76,10 +76,12 @@ async def _run(cfg: Config, command: str, grade: bool) -> list[RolloutResult]:
             await backend.start_engine()
         if backend.replicas is not None:
             console.print(f"engine replicas ({cfg.cluster.engine_server}): {', '.join(backend.replicas.urls)}")
-        with console.status("placing the rollout workers" if backend.on_ray else "starting"):
-            await backend.serve()
         if backend.on_ray:
+            with console.status("placing the rollout workers on the Ray cluster"):
+                await backend.serve()
             console.print(backend.describe())
+        else:
+            await backend.serve()
         with progress_bars(
             console, TextColumn(f"{command}"), BarColumn(), MofNCompleteColumn(),
             TextColumn("pass rate {task.fields[pass_rate]}"), TimeElapsedColumn(),

@@ -166,10 +166,12 @@ class Trainer:
             self.engine = await self._start_engine()
         self.clock = IdleClock(self.engine)
         self.ledger = SampledLedger(self.clock)
-        with self.console.status("placing the rollout workers on the Ray cluster" if self.backend.on_ray else "starting"):
-            await self.backend.serve(self.ledger)  # every rollout samples through the ledger
         if self.backend.on_ray:
+            with self.console.status("placing the rollout workers on the Ray cluster"):
+                await self.backend.serve(self.ledger)  # every rollout samples through the ledger
             self.console.print(self.backend.describe())
+        else:
+            await self.backend.serve(self.ledger)
         held = {t.id for t in [*self.val_tasks, *self.val_also_tasks]}
         chat = self._chat()
         guidance = Guidance(cfg.train, cfg.rollout, chat, held) if cfg.train.guide_share > 0 else None
