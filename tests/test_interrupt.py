@@ -43,13 +43,21 @@ def boxes(tmp_path: Path) -> Iterator[Path]:
         unmount(Path(line.split()[1]))
 
 
+def _hear_ctrl_c() -> None:
+    """In the child: SIGINT's default disposition, whatever this test process inherited. A suite started
+    in the background by a non-interactive shell (``pytest ... &``) ignores SIGINT, its children inherit
+    that, and Python then installs no KeyboardInterrupt handler: the run would never hear the Ctrl-C."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _interrupt(args: list[str], env: dict[str, str], log: Path, stage: str) -> tuple[int, float]:
     """Start ``coderl train``, send SIGINT once a progress line of ``stage`` appears; (exit code,
     seconds from the signal to the exit)."""
     with log.open("w") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "coderl", "train", *args], stdout=out, stderr=subprocess.STDOUT, env=env
-        )
+            [sys.executable, "-m", "coderl", "train", *args], stdout=out, stderr=subprocess.STDOUT, env=env,
+            preexec_fn=_hear_ctrl_c,
+        )  # fmt: skip
     deadline = time.monotonic() + 600
     while not re.search(stage, log.read_text()):
         assert proc.poll() is None, log.read_text()[-3000:]

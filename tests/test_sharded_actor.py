@@ -15,6 +15,7 @@ from coderl.rl import AlgoConfig
 from coderl.train.actor import Actor
 from coderl.train.batch import BatchLoss, build_batch
 from coderl.train.config import ActorConfig
+from coderl.train.forward import micro_batch_groups
 from coderl.train.ranks import ShardedActor, build_actor
 from coderl.types import Trajectory
 
@@ -68,7 +69,7 @@ def test_two_ranks_update_as_one_and_resume_on_one(checkpoint: Path, tokenizer: 
     two.setup()
     try:
         batch = build_batch(trajs, algo, max_response=16)
-        assert len(one._groups(batch.sequences, batch.starts)) == 3
+        assert len(micro_batch_groups(one.cfg, batch.sequences, batch.starts)) == 3
         seqs = [t.prompt_ids + t.response_ids for t in trajs]
         starts = [len(t.prompt_ids) for t in trajs]
         for a, b in zip(one.score(seqs, starts, 1.0, with_entropy=True), two.score(seqs, starts, 1.0, with_entropy=True), strict=True):
