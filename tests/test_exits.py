@@ -26,7 +26,10 @@ def test_concurrent_runs_exit_0_round_after_round(tmp_path: Path, boxes: Path) -
         for job in range(2):
             run = tmp_path / f"r{n}-{job}"
             log = (tmp_path / f"r{n}-{job}.log").open("w")
-            args = [*RUN, "train.steps=1", f"run.seed={job}", f"run.dir={run}"]
+            args = [  # the smallest run that still starts, rolls out, updates, syncs, saves and reports
+                *RUN, "train.steps=1", "train.tasks_per_step=1", "train.group_size=2", "rollout.max_tokens=16",
+                f"run.seed={job}", f"run.dir={run}",
+            ]  # fmt: skip
             procs.append((run, log, subprocess.Popen(
                 [sys.executable, "-m", "coderl", "train", *args], stdout=log, stderr=subprocess.STDOUT, env=env
             )))  # fmt: skip
