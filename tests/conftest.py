@@ -23,6 +23,14 @@ def checkpoint() -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_model() -> Path:
+    """The tiny model (tests/tiny.py): for tests of orchestration, never of what a model computes."""
+    from tests.tiny import tiny_checkpoint
+
+    return tiny_checkpoint()
+
+
+@pytest.fixture(scope="session")
 def tokenizer(checkpoint: Path) -> Any:
     return load_tokenizer(checkpoint)
 

@@ -32,6 +32,7 @@ from coderl.cluster.ray_rollouts import RayRollouts
 from coderl.config import load_config
 from coderl.engine.scripted import ScriptedEngine
 from coderl.errors import ClusterError
+from tests.tiny import tiny_checkpoint
 
 TRAIN = [
     "train.tasks=bundled:warmup", "train.val_tasks=none", "sft.before_rl=false", "train.steps=2",
@@ -55,7 +56,7 @@ def ranks_on_two_nodes(work: Path) -> dict[str, Any]:
     batch tests/test_sharded_actor.py uses; then a checkpoint written here through Ray, loaded back."""
     import torch
 
-    from coderl.checkpoint import load_tokenizer, resolve_checkpoint
+    from coderl.checkpoint import load_tokenizer
     from coderl.engine.weights import read_weights
     from coderl.rl import AlgoConfig
     from coderl.train.actor import Actor
@@ -63,7 +64,7 @@ def ranks_on_two_nodes(work: Path) -> dict[str, Any]:
     from coderl.train.ranks import ShardedActor
     from tests.test_sharded_actor import _step, _trajectories, _weights
 
-    checkpoint = resolve_checkpoint()
+    checkpoint = tiny_checkpoint()
     trajs = _trajectories(load_tokenizer(checkpoint))
     algo = AlgoConfig(advantage="grpo")
     cfg = ActorConfig(device="cpu", lr=1e-5, micro_batch_tokens=40, seed=0)
@@ -138,12 +139,13 @@ def main(work: Path) -> dict[str, Any]:
         ray.init(address=cluster.address, namespace="coderl-check", log_to_driver=False)
         nodes = len([n for n in ray.nodes() if n["Alive"]])
         phase_s = {"cluster": time.monotonic() - t0}
+        tiny = f"model.path={tiny_checkpoint()}"  # the cluster's plumbing is checked, not the model
         ranks = ranks_on_two_nodes(work)
         phase_s["ranks"] = time.monotonic() - t0 - sum(phase_s.values())
         log = (work / "train.log").open("wb")
         run = subprocess.Popen(
             [sys.executable, "-m", "coderl", "train", *TRAIN, f"cluster.address={cluster.address}",
-             f"run.dir={work / 'run'}"],
+             f"run.dir={work / 'run'}", tiny],
             stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip
         workers = kill_a_busy_worker(run, time.monotonic() + 400)
@@ -156,7 +158,7 @@ def main(work: Path) -> dict[str, Any]:
             [sys.executable, "-m", "coderl", "eval", "tasks.source=bundled:strkit-001,collkit-002",
              "rollout.agent=single_turn", "rollout.tools=null", "rollout.max_tokens=8", "cluster.backend=ray",
              "cluster.engine_replicas=1", "cluster.engine_cpus=0", f"cluster.address={cluster.address}",
-             f"run.dir={work / 'eval'}"],
+             f"run.dir={work / 'eval'}", tiny],
             capture_output=True, text=True, timeout=300,
         )  # fmt: skip
         phase_s["eval"] = time.monotonic() - t0 - sum(phase_s.values())

@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.tiny import tiny_checkpoint
+
 pytestmark = pytest.mark.slow
 
 TINY = [
@@ -29,7 +31,8 @@ TINY = [
 
 def bench(cwd: Path, *flags: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "coderl", "bench", "learn", "--quick", "--json", "--write", "B.md", *flags, *TINY],
+        [sys.executable, "-m", "coderl", "bench", "learn", "--quick", "--json", "--write", "B.md", *flags, *TINY,
+         f"model.path={tiny_checkpoint()}"],  # the tiny model (tests/tiny.py): the bench's plumbing is checked
         cwd=cwd,
         capture_output=True,
         text=True,

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.tiny import tiny_checkpoint
+
 pytestmark = pytest.mark.slow
 
 SUITE = "bundled:strkit-s010,strkit-s039,strkit-s013,strkit-s016"
@@ -22,8 +24,10 @@ TINY = [
 
 
 def bench(cwd: Path, *flags: str) -> subprocess.CompletedProcess[str]:
+    """The bench on the tiny model (tests/tiny.py): what is checked is the bench's plumbing."""
     return subprocess.run(
-        [sys.executable, "-m", "coderl", "bench", "rl", "--quick", "--json", "--write", "B.md", *flags, *TINY],
+        [sys.executable, "-m", "coderl", "bench", "rl", "--quick", "--json", "--write", "B.md", *flags, *TINY,
+         f"model.path={tiny_checkpoint()}"],
         cwd=cwd,
         capture_output=True,
         text=True,

@@ -19,7 +19,8 @@ ROUNDS = 2
 """Rounds of two concurrent runs. The abort was a race at exit; each round is a fresh chance."""
 
 
-def test_concurrent_runs_exit_0_round_after_round(tmp_path: Path, boxes: Path) -> None:  # noqa: F811
+def test_concurrent_runs_exit_0_round_after_round(tmp_path: Path, boxes: Path, tiny_model: Path) -> None:  # noqa: F811
+    """On the tiny model (tests/tiny.py): the race is in the threads every run starts, whatever the model."""
     env = {**share_of_cores(2), "CODERL_SANDBOX_DIR": str(boxes), "PYTHONUNBUFFERED": "1"}
     for n in range(ROUNDS):
         procs = []
@@ -28,7 +29,7 @@ def test_concurrent_runs_exit_0_round_after_round(tmp_path: Path, boxes: Path) -
             log = (tmp_path / f"r{n}-{job}.log").open("w")
             args = [  # the smallest run that still starts, rolls out, updates, syncs, saves and reports
                 *RUN, "train.steps=1", "train.tasks_per_step=1", "train.group_size=2", "rollout.max_tokens=16",
-                f"run.seed={job}", f"run.dir={run}",
+                f"run.seed={job}", f"run.dir={run}", f"model.path={tiny_model}",
             ]  # fmt: skip
             procs.append((run, log, subprocess.Popen(
                 [sys.executable, "-m", "coderl", "train", *args], stdout=log, stderr=subprocess.STDOUT, env=env

@@ -18,6 +18,7 @@ from coderl.rollout.runner import RolloutResult
 from coderl.train.loop import Trainer
 from coderl.train.signal import SignalWatch, signal_metrics
 from coderl.types import Trajectory
+from tests.tiny import tiny_checkpoint
 
 
 def result(group: str, reward: float, status: str = "submitted", **metrics: float) -> RolloutResult:
@@ -77,7 +78,8 @@ STARVE = [
 
 
 def _starve(tmp_path: Path, engine: ScriptedEngine, *extra: str) -> tuple[dict[str, object], str, str]:
-    cfg = load_config(overrides=[*STARVE, *extra, f"run.dir={tmp_path}"])
+    # the actor on the tiny model (tests/tiny.py): what is checked is what the run says of its signal
+    cfg = load_config(overrides=[*STARVE, *extra, f"run.dir={tmp_path}", f"model.path={tiny_checkpoint()}"])
     out = io.StringIO()
     report = asyncio.run(Trainer(cfg, tmp_path, Console(file=out, width=300), engine=engine).run())
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]

@@ -38,6 +38,32 @@ def f(a, b, flag=True, n=3):
     return total == 0
 
 
+class Span:
+    def width(self, rows):
+        try:
+            return rows["end"] - rows["start"] + self.low
+        except KeyError:
+            raise ValueError("no span")
+
+    def clamp(self, x, lo, hi):
+        if x < lo:
+            return lo
+        if x > hi:
+            return hi
+        return x
+
+    def names(self, items):
+        out = []
+        for item in items:
+            item = item.strip()
+            out.append(item)
+        if self.high:
+            return sorted(out, reverse=True)
+        elif not out:
+            return []
+        return out
+
+
 if __name__ == "__main__":
     f(1, 2)
 '''
@@ -58,9 +84,17 @@ def test_each_kind_by_hand() -> None:
     assert _edits("swap_args") == [("a, b", "b, a")]  # g(a, b); range(n) has one argument
     assert ("return ", "") in _edits("drop_return")
     assert ("    else:\n        total = a * 2\n", "") in _edits("drop_branch")
+    assert ("        elif not out:\n            return []\n", "") in _edits("drop_branch")  # an elif
+    assert _edits("drop_kwarg") == [(", reverse=True", "")]
+    assert _edits("exception") == [("KeyError", "IndexError"), ("ValueError", "TypeError")]
+    # another key / self-attribute the file uses (Store targets and __dunder__ names are never changed)
+    assert _edits("key") == [('"end"', '"start"'), ('"start"', '"end"'), ("low", "high"), ("high", "low")]
+    assert _edits("drop_statement") == [("            item = item.strip()\n", ""), ("            out.append(item)\n", "")]
+    # the clamp reduced to its final return (which reads only parameters); f's return reads a local
+    assert _edits("feature_removal") == [("        if x < lo:\n            return lo\n        if x > hi:\n            return hi\n", "")]
     for m in find_mutations("m.py", SOURCE):
         assert "Doc" not in SOURCE[m.start : m.end] and "__main__" not in SOURCE[m.start : m.end]
-        assert m.function in ("f", "")  # docstrings and the main guard are never mutated
+        assert m.function in ("f", "", "Span.width", "Span.clamp", "Span.names")  # nor docstrings, the main guard
 
 
 def test_mutants_parse_and_are_distinct_and_the_order_is_seeded() -> None:
@@ -110,6 +144,9 @@ def test_synth_on_an_unseen_repository_gives_tasks_that_validate(tmp_path: Path,
     # every mutant is accounted for: kept, dropped for a reason, or caught after the last place was filled
     dropped = summary["dropped"]
     assert summary["tried"] + dropped["overlaps_existing_task"] == summary["kept"] + sum(dropped.values()) + summary["surplus"]
+    kinds = summary["by_kind"]  # each kind's mutants: tried and kept (written, before validation)
+    assert set(kinds) <= set(KINDS) and sum(k["tried"] for k in kinds.values()) == summary["tried"]
+    assert sum(k["kept"] for k in kinds.values()) == summary["kept"] + len(summary["validation_failures"])
     tasks = load_tasks(f"native:{out}")
     assert [t.id for t in tasks] == summary["task_ids"] and all(t.tier == "synth" for t in tasks)
     for t in tasks:

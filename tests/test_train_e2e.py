@@ -59,14 +59,16 @@ def _finish(proc: subprocess.Popen[str], timeout: float = 600) -> str:
     return out
 
 
-def test_train_with_gae_killed_and_resumed_loses_nothing(tmp_path: Path) -> None:
+def test_train_with_gae_killed_and_resumed_loses_nothing(tmp_path: Path, tiny_model: Path) -> None:
     """PPO with a value head (GAE) here, so the resume must also bring the critic back; two groups a
-    step in two PPO mini-batches (two optimizer steps, both against the log-probs the step began with)."""
+    step in two PPO mini-batches (two optimizer steps, both against the log-probs the step began with).
+    On the tiny model (tests/tiny.py): what is checked is the run's bookkeeping, not the model."""
     run = tmp_path / "run"
     # held out of the warm-up tier, and a second held-out set of another tier beside it
     heldout = ["train.val_tasks=", "train.val_size=2", "train.val_samples=2", "train.val_also=bundled:strkit-001"]
     minis = ["train.tasks_per_step=2", "algo.mini_batches=2"]
-    proc = _train(*SMALL, *heldout, *minis, "train.steps=2", "algo.advantage=gae", "algo.lam=0.95", f"run.dir={run}")
+    tiny = f"model.path={tiny_model}"
+    proc = _train(*SMALL, *heldout, *minis, "train.steps=2", "algo.advantage=gae", "algo.lam=0.95", f"run.dir={run}", tiny)
     deadline = time.monotonic() + 600
     while not (run / "checkpoints" / "step-000001" / "trainer.json").is_file():
         assert proc.poll() is None, proc.communicate()[0]
@@ -146,8 +148,9 @@ def test_minimal_grpo_example_runs() -> None:
     ],
 )
 def test_train_syncs_weights_into_an_http_engine_server(
-    tmp_path: Path, sync: str, api: str, extra: list[str], tokenizer: object
+    tmp_path: Path, sync: str, api: str, extra: list[str], tokenizer: object, tiny_model: Path
 ) -> None:
+    """On the tiny model (tests/tiny.py), in the server and the trainer: the sync's plumbing is checked."""
     from coderl.checkpoint import DEFAULT_MODEL_NAME
     from coderl.config import EngineConfig, ModelConfig
     from coderl.engine.embedded import EmbeddedEngine
@@ -156,7 +159,7 @@ def test_train_syncs_weights_into_an_http_engine_server(
 
     # the app `coderl engine serve` runs, on a fresh engine of its own (its weights are overwritten)
     app = create_app(
-        EmbeddedEngine(EngineConfig(max_batch_size=4), ModelConfig()), DEFAULT_MODEL_NAME, tokenizer
+        EmbeddedEngine(EngineConfig(max_batch_size=4), ModelConfig(path=str(tiny_model))), DEFAULT_MODEL_NAME, tokenizer
     )
     run = tmp_path / "run"
     with serve(app) as url:
@@ -170,6 +173,7 @@ def test_train_syncs_weights_into_an_http_engine_server(
                 f"engine.api={api}",
                 f"engine.urls=[{url}]",
                 f"run.dir={run}",
+                f"model.path={tiny_model}",
             )
         )
     rows = checkpoints.read_metrics(run / "metrics.jsonl")
@@ -186,11 +190,12 @@ def test_train_syncs_weights_into_an_http_engine_server(
         assert (run / "weights" / "adapter-v2" / "adapter_model.safetensors").is_file()
 
 
-def test_warm_start_then_rl(tmp_path: Path) -> None:
+def test_warm_start_then_rl(tmp_path: Path, tiny_model: Path) -> None:
     """The main job's chain on a small scale: validate (step 0, greedy and sampled) -> supervised warm
     start on gold demonstrations of the training tasks (full weights) -> validate -> calibration pass ->
     RL with LoRA adapters on the warm start's weights, guided samples -> validate, on synthesised tasks.
-    No held-out task is ever rolled out outside validation: not in calibration, training or guidance."""
+    No held-out task is ever rolled out outside validation: not in calibration, training or guidance.
+    On the tiny model (tests/tiny.py): the chain's bookkeeping is checked here; the main job, its figures."""
     # bugs in the function the issue calls, short enough that each demonstrated turn fits 120 tokens;
     # 4 warm-start steps at 1e-4 teach the calls' form, so the later turns stop early (a faster test);
     # a rollout stops at 200 model tokens (a demonstration here needs fewer)
@@ -204,6 +209,7 @@ def test_warm_start_then_rl(tmp_path: Path) -> None:
             "sft.lr=1e-4", "sft.epochs=4", "sft.batch_size=2", "train.val_sampled=1", "train.calibrate_tasks=2",
             "train.calibrate_samples=1", "train.guide_share=0.5", "actor.lora_rank=4", f"run.dir={run}",
             "algo.dynamic_sampling=false",  # the one step trains whatever its group scored
+            f"model.path={tiny_model}",
         )
     )  # fmt: skip
     rows = checkpoints.read_metrics(run / "metrics.jsonl")

@@ -203,7 +203,11 @@ def build_parser() -> argparse.ArgumentParser:
         "OUT_DIR/tasks/<name>-sNNN) whose catching tests are withheld from the agent and run only at grading. "
         "Every task is validated; drops are counted in OUT_DIR/synth-<name>.json. Use with tasks.source=native:OUT_DIR.",
     )
-    p.add_argument("repo", help="a folder holding a Python repository with a pytest suite")
+    p.add_argument(
+        "repo",
+        help="a folder holding a Python repository with a pytest suite, or pypi:NAME[==VERSION] (its source "
+        "distribution, fetched with pip)",
+    )
     p.add_argument("out", help="the suite folder to write (created; a bundled-style suite)")
     _config_args(p)
     p.add_argument("--n", type=int, default=50, help="tasks wanted (default 50)")
@@ -212,7 +216,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--name", help="repository name in OUT_DIR/repos (default: REPO's folder name)")
     p.add_argument("--concurrency", type=int, default=2, help="sandboxes running mutants at once (default 2)")
     p.add_argument("--max-tries", type=int, help="most mutants to run (default: until --n are kept)")
-    p.add_argument("--timeout", type=float, default=60.0, help="seconds one test-suite run may take")
+    p.add_argument(
+        "--timeout", type=float, default=60.0,
+        help="seconds one test-suite run may take (default 60; the pristine suite must finish within it)",
+    )  # fmt: skip
     p.add_argument(
         "--no-validate", action="store_true", help="skip proving each task (faster; not for shipping)"
     )

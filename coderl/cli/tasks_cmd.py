@@ -108,7 +108,7 @@ def run_tasks_synth(ns: argparse.Namespace) -> int:
                 progress.update(check, advance=1, visible=True, total=len(state.kept))
 
         summary = asyncio.run(
-            synthesize(Path(ns.repo), Path(ns.out), opts, cfg.sandbox, ns.name, on_progress)
+            synthesize(ns.repo, Path(ns.out), opts, cfg.sandbox, ns.name, on_progress)
         )
     if ns.json:
         print(json.dumps(summary))
@@ -118,4 +118,9 @@ def run_tasks_synth(ns: argparse.Namespace) -> int:
         f"{summary['kept']} tasks in {ns.out}/tasks ({summary['tried']} of {summary['mutation_sites']} mutants run; "
         f"dropped: {dropped}); load them with tasks.source=native:{ns.out}"
     )
+    kinds = summary["by_kind"]
+    if kinds:  # each kind's share of the kept tasks, and how many of its mutants were kept
+        console.print("by kind (share of kept, kept/tried): " + ", ".join(
+            f"{k} {v['kept'] / max(summary['kept'], 1):.0%} ({v['kept']}/{v['tried']})" for k, v in kinds.items()
+        ))  # fmt: skip
     return 0 if summary["kept"] else 1

@@ -1,10 +1,17 @@
 """``coderl tasks synth REPO OUT_DIR``: many validated bug-fix tasks from any Python repository with a
 passing pytest suite (the SWE-smith / R2E-Gym recipe: mutate, keep what the tests catch).
 
-1. The pristine repository is copied to ``OUT_DIR/repos/<name>`` and its suite run once: the tests
-   that pass there are the ones a mutant can break (a suite that passes nothing is refused).
+1. The repository (a folder, or ``pypi:NAME[==VERSION]``: its sdist, :mod:`coderl.tasks.synth.source`)
+   is copied to ``OUT_DIR/repos/<name>`` and its suite run twice: the tests that pass both times are
+   the ones a mutant can break (a test whose outcome flips is flaky, never FAIL_TO_PASS or
+   PASS_TO_PASS; a suite that passes nothing, or does not finish within the limit, is refused with
+   the reason). The second run records which files each test file calls into. A test file pytest
+   cannot collect (an optional test dependency missing) is left out and counted. ``src/`` layouts run
+   with ``PYTHONPATH=src``; a project whose ``addopts`` name plugins this Python lacks (``--cov``)
+   runs with them emptied, when nothing passes otherwise.
 2. Seeded mutations of the library code (:mod:`coderl.tasks.synth.mutate`), each kind in turn, are
-   run against the suite, in sandboxes, one worker per ``concurrency``.
+   run in sandboxes, one worker per ``concurrency``, each against the test files that call into the
+   mutated file (all of them for a module-level edit, or when none is known to).
 3. A mutant is kept when some passing tests now fail (FAIL_TO_PASS) and some tests of the same files
    still pass (PASS_TO_PASS); it is dropped, and counted, when no test catches it (an equivalent or
    untested mutant), when it breaks every test (an import-level break), when the suite times out,
@@ -42,11 +49,16 @@ from coderl.tasks.junit import JUnitCase
 from coderl.tasks.native import load_native_task
 from coderl.tasks.synth.issue import bug_in, issue_text
 from coderl.tasks.synth.mutate import Mutation, find_mutations, interleave
+from coderl.tasks.synth.source import fetch_pypi, is_pypi
 from coderl.tasks.synth.suite import NO_PLUGINS, SuiteRun, SuiteRunner, test_files
 from coderl.tasks.validate import check_task
 from coderl.yamlio import load_yaml
 
 _IGNORE = shutil.ignore_patterns(".git", "__pycache__", "*.pyc", ".pytest_cache", ".coderl-*", ".mypy_cache")
+EMPTIED_ADDOPTS_COMMAND = (
+    "python -m pytest -p no:cacheprovider -q -o junit_family=xunit1 -o addopts= --junitxml={{junit}} {files}"
+)
+"""A task's grading command when its project's ``addopts`` had to be emptied."""
 DROP_REASONS = (
     "uncaught", "breaks_everything", "timeout", "no_pass_to_pass", "overlaps_existing_task", "failed_validation",
 )  # fmt: skip
@@ -85,6 +97,8 @@ class _State:
     tried: Counter[str] = field(default_factory=Counter)
     kept_kinds: Counter[str] = field(default_factory=Counter)
     surplus: int = 0
+    run_s: list[float] = field(default_factory=list)
+    """Seconds of each mutant's test run."""
 
 
 def library_files(repo: Path) -> list[str]:
@@ -135,14 +149,20 @@ def gold_patch(path: str, mutant: str, pristine: str) -> str:
     return f"diff --git a/{path} b/{path}\n" + "".join(body)
 
 
-def _classify(run: SuiteRun, baseline: set[str]) -> tuple[str, list[str], list[str], list[str]]:
-    """(verdict, FAIL_TO_PASS, PASS_TO_PASS, withheld files) of one mutant's run."""
+def _classify(
+    run: SuiteRun, baseline: set[str], files: list[str] | None = None
+) -> tuple[str, list[str], list[str], list[str]]:
+    """(verdict, FAIL_TO_PASS, PASS_TO_PASS, withheld files) of one mutant's run over the test
+    ``files`` (default: the whole suite)."""
     if run.timed_out:
         return "timeout", [], [], []
+    if files is not None:
+        ran = set(files)
+        baseline = {t for t in baseline if t.split("::", 1)[0] in ran}
     failing = sorted(t for t in baseline if run.outcome(t) != "passed")
     if not failing:
         return "uncaught", [], [], []
-    if len(failing) == len(baseline) or not run.cases:
+    if (files is None and len(failing) == len(baseline)) or not run.cases:
         return "breaks_everything", [], [], []
     files = sorted({t.split("::", 1)[0] for t in failing})
     still = sorted(t for t in baseline if t.split("::", 1)[0] in files and run.outcome(t) == "passed")
@@ -151,31 +171,77 @@ def _classify(run: SuiteRun, baseline: set[str]) -> tuple[str, list[str], list[s
     return "kept", failing, still, files
 
 
-async def _baseline(pristine: Path, spec: SandboxSpec, timeout_s: float) -> tuple[SuiteRun, dict[str, str]]:
-    """The pristine suite's run, without third-party pytest plugins when it passes as well without them."""
-    runs = []
-    for env in (NO_PLUGINS, {}):
-        async with SuiteRunner(pristine, spec, env, timeout_s) as suite:
-            run = await suite.run()
-        runs.append((run, env))
-        if run.passed and all(c.outcome in ("passed", "skipped") for c in run.cases.values()):
+@dataclass
+class Baseline:
+    """The pristine suite: how it runs, what passes both times, what is flaky, who calls what."""
+
+    run: SuiteRun
+    env: dict[str, str]
+    clear_addopts: bool
+    passing: set[str]
+    flaky: list[str]
+    trace: dict[str, list[str]]
+
+
+def layout_env(repo: Path) -> dict[str, str]:
+    """``PYTHONPATH=src`` for a ``src/`` layout (its package is not importable from the root otherwise)."""
+    src = repo / "src"
+    if src.is_dir() and any((d / "__init__.py").is_file() for d in src.iterdir() if d.is_dir()):
+        return {"PYTHONPATH": "src"}
+    return {}
+
+
+async def _baseline(pristine: Path, spec: SandboxSpec, timeout_s: float) -> Baseline:
+    """The pristine suite run the way that passes most (without third-party pytest plugins first; with
+    the project's ``addopts`` emptied when they name options nothing here knows), then once more,
+    traced: a test whose outcome differs between the two runs is flaky."""
+    layout = layout_env(pristine)
+    runs: list[tuple[SuiteRun, dict[str, str], bool]] = []
+    for clear in (False, True):
+        for env in (NO_PLUGINS, {}):
+            async with SuiteRunner(pristine, spec, {**env, **layout}, timeout_s, clear) as suite:
+                run = await suite.run()
+            runs.append((run, {**env, **layout}, clear))
+            if run.passed and all(c.outcome in ("passed", "skipped") for c in run.cases.values()):
+                break
+        if max(len(r[0].passed) for r in runs) > 0:
             break
-    return max(runs, key=lambda r: len(r[0].passed))
+    first, env, clear = max(runs, key=lambda r: len(r[0].passed))
+    if not first.passed and any(r[0].timed_out for r in runs):
+        raise TaskError(
+            f"the pristine test suite did not finish within {timeout_s:.0f} s; raise the limit with "
+            f"--timeout (for example --timeout {4 * timeout_s:.0f}). Output so far:\n{first.output[-1200:]}"
+        )
+    async with SuiteRunner(pristine, spec, env, timeout_s, clear) as suite:
+        second = await suite.run(trace=True)
+    flaky = sorted(t for t in first.cases.keys() | second.cases.keys() if first.outcome(t) != second.outcome(t))
+    passing = (first.passed & second.passed) - set(flaky)
+    return Baseline(first, env, clear, passing, flaky, second.trace)
+
+
+def relevant_files(m: Mutation, trace: dict[str, list[str]], every: list[str]) -> list[str] | None:
+    """The test files a mutant runs: those whose tests call into its file; None (all of ``every``)
+    for a module-level edit (read at import, by anyone), or when no test file is known to call it."""
+    if not m.function or not trace:
+        return None
+    files = sorted(f for f, called in trace.items() if m.path in called and f in every)
+    return files or None
 
 
 async def synthesize(
-    repo: Path,
+    repo: Path | str,
     out: Path,
     opts: SynthOptions,
     spec: SandboxSpec | None = None,
     name: str | None = None,
     on_progress: Callable[[str, _State], None] | None = None,
 ) -> dict[str, Any]:
-    """Synthesise up to ``opts.n`` tasks from ``repo`` into the suite folder ``out`` (module doc)."""
+    """Synthesise up to ``opts.n`` tasks from ``repo`` (a folder, or ``pypi:NAME[==VERSION]``) into
+    the suite folder ``out`` (module doc)."""
     started = time.perf_counter()
     spec = spec or SandboxSpec()
     given = str(repo)  # as named: the summary does not record this machine's absolute paths
-    repo = repo.resolve()
+    repo = fetch_pypi(given, out / "sources") if is_pypi(given) else Path(repo).resolve()
     name = name or repo.name
     if not repo.is_dir():
         raise TaskError(f"repository {str(repo)!r} is not a folder")
@@ -185,13 +251,16 @@ async def synthesize(
             "what its own pytest suite catches, so it needs one"
         )
     pristine = _pristine_copy(repo, out / "repos" / name)
-    baseline, env = await _baseline(pristine, spec, opts.timeout_s)
-    passing = baseline.passed
+    pristine_t0 = time.perf_counter()
+    base = await _baseline(pristine, spec, opts.timeout_s)
+    pristine_s = time.perf_counter() - pristine_t0
+    baseline, env, passing = base.run, base.env, base.passing
     if not passing:
         raise TaskError(
-            f"repository {str(repo)!r}: its test suite passes no test ({len(baseline.cases)} collected); "
-            f"make it pass first. Output:\n{baseline.output[-1500:]}"
+            f"repository {given!r}: its test suite passes no test ({len(baseline.cases)} collected, "
+            f"{len(base.flaky)} flaky); make it pass first. Output:\n{baseline.output[-1500:]}"
         )
+    every = [f for f in test_files(pristine) if f not in baseline.collection_errors]
     protected = protected_lines(out / "tasks", name, opts.tier)
     mutations: list[Mutation] = []
     overlaps = 0
@@ -209,15 +278,18 @@ async def synthesize(
     state.dropped["overlaps_existing_task"] = overlaps
 
     async def worker() -> None:
-        async with SuiteRunner(pristine, spec, env, opts.timeout_s) as suite:
+        async with SuiteRunner(pristine, spec, env, opts.timeout_s, base.clear_addopts) as suite:
+            suite.files = every
             while len(state.kept) < state.want:
                 m = next(state.queue, None)
                 if m is None:
                     return
                 source = (pristine / m.path).read_text()
-                run = await suite.run({m.path: m.apply(source)})
+                subset = relevant_files(m, base.trace, every)
+                run = await suite.run({m.path: m.apply(source)}, subset)
+                state.run_s.append(run.seconds)
                 state.tried[m.kind] += 1
-                verdict, f2p, p2p, files = _classify(run, passing)
+                verdict, f2p, p2p, files = _classify(run, passing, subset)
                 if verdict != "kept":
                     state.dropped[verdict] += 1
                 elif len(state.kept) < state.want:
@@ -231,7 +303,8 @@ async def synthesize(
 
     await asyncio.gather(*(worker() for _ in range(max(1, opts.concurrency))))
     written = [
-        _write_task(out / "tasks", name, i + 1, k, pristine, env, opts) for i, k in enumerate(state.kept)
+        _write_task(out / "tasks", name, i + 1, k, pristine, env, opts, base.clear_addopts)
+        for i, k in enumerate(state.kept)
     ]
     failures: dict[str, list[str]] = {}
     if opts.validate:
@@ -255,7 +328,13 @@ async def synthesize(
         "surplus": state.surplus,
         "by_kind": {k: {"tried": state.tried[k], "kept": state.kept_kinds[k]} for k in sorted(state.tried)},
         "baseline_passing_tests": len(passing),
-        "baseline_failing_tests": len(baseline.cases) - len(passing),
+        "baseline_failing_tests": len(baseline.cases) - len(passing) - len(base.flaky),
+        "flaky_tests": base.flaky,
+        "test_files": len(every),
+        "test_files_dropped": baseline.collection_errors,
+        "addopts_emptied": base.clear_addopts,
+        "pristine_s": round(pristine_s, 1),
+        "mutant_run_s_mean": round(sum(state.run_s) / len(state.run_s), 2) if state.run_s else None,
         "env": env,
         "validation_failures": failures,
         "task_ids": sorted(set(written) - set(failures)),
@@ -316,6 +395,7 @@ def _write_task(
     pristine: Path,
     env: dict[str, str],
     opts: SynthOptions,
+    clear_addopts: bool = False,
 ) -> str:
     m = kept.mutation
     task_id = f"{name}-s{number:03d}"
@@ -334,6 +414,7 @@ def _write_task(
         "pass_to_pass": kept.pass_to_pass,
         "withheld": kept.withheld,
         "env": env,
+        **({"test_command": EMPTIED_ADDOPTS_COMMAND.format(files=" ".join(kept.withheld))} if clear_addopts else {}),
         "metadata": {
             "synth": {
                 "kind": m.kind,

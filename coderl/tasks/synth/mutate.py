@@ -11,10 +11,20 @@ it is a one-hunk diff. Kinds, after the bug classes that SWE-smith and mutation 
 - ``negation``: an ``if`` / ``while`` condition negated (or its ``not`` dropped);
 - ``off_by_one``: an integer in a comparison, index, slice, arithmetic or ``range`` call moved by one;
 - ``swap_args``: the first two positional arguments of a call swapped;
-- ``drop_branch``: an ``else`` branch, or a guard clause (``if ...: return / raise / continue / break``),
-  removed;
+- ``drop_branch``: an ``else`` or ``elif`` branch, or a guard clause (``if ...: return / raise /
+  continue / break``), removed;
 - ``drop_return``: ``return value`` turned into a bare expression (the function falls through);
-- ``constant``: ``True`` / ``False`` flipped, an integer default argument or module constant moved by one.
+- ``constant``: ``True`` / ``False`` flipped, an integer default argument or module constant moved by one;
+- ``drop_kwarg``: a keyword argument of a call removed (``sorted(xs, reverse=True)`` -> ``sorted(xs)``);
+- ``exception``: a built-in exception raised or caught replaced by a sibling (``KeyError`` ->
+  ``IndexError``, ``ValueError`` -> ``TypeError`` ...);
+- ``key``: a string key of a subscript, or an attribute of ``self``, replaced by another one the same
+  file uses (``row["end"]`` -> ``row["start"]``, ``self.low`` -> ``self.high``);
+- ``drop_statement``: a statement dropped from a loop body of two or more;
+- ``feature_removal``: a small function's body (two to eight statements before its final ``return``)
+  reduced to that return, when it only reads the parameters (a clamp that no longer clamps).
+
+The last five are the kinds real bug-fix commits look like beyond mutation testing's operators.
 
 A mutation that does not parse is never offered; test files are never mutated.
 """
@@ -30,8 +40,27 @@ from dataclasses import dataclass
 
 KINDS = (
     "operator", "comparison", "boolean", "negation", "off_by_one", "swap_args", "drop_branch",
-    "drop_return", "constant",
+    "drop_return", "constant", "drop_kwarg", "exception", "key", "drop_statement", "feature_removal",
 )  # fmt: skip
+
+EXCEPTION_SWAP = {
+    "ValueError": "TypeError",
+    "TypeError": "ValueError",
+    "KeyError": "IndexError",
+    "IndexError": "KeyError",
+    "LookupError": "KeyError",
+    "AttributeError": "TypeError",
+    "RuntimeError": "ValueError",
+    "ZeroDivisionError": "ValueError",
+    "NotImplementedError": "RuntimeError",
+    "OverflowError": "ValueError",
+    "StopIteration": "RuntimeError",
+    "FileNotFoundError": "OSError",
+    "OSError": "RuntimeError",
+}
+"""A built-in exception and the sibling a buggy ``raise`` / ``except`` names instead."""
+MAX_REMOVED_BODY = 8
+"""``feature_removal``: at most this many statements before the final return are removed."""
 
 BINOP_SWAP: dict[type[ast.operator], tuple[str, str]] = {
     ast.Add: ("+", "-"),
@@ -123,11 +152,21 @@ def _operator_between(src: _Source, start: int, end: int) -> tuple[int, int, str
 
 
 class _Finder(ast.NodeVisitor):
-    def __init__(self, path: str, src: _Source) -> None:
+    def __init__(self, path: str, src: _Source, tree: ast.Module) -> None:
         self.path = path
         self.src = src
         self.scope: list[str] = []
         self.found: list[Mutation] = []
+        # the keys and self-attributes the file uses: a ``key`` mutation picks another of these
+        self.keys = sorted({
+            n.slice.value for n in ast.walk(tree)
+            if isinstance(n, ast.Subscript) and isinstance(n.slice, ast.Constant) and isinstance(n.slice.value, str)
+        })  # fmt: skip
+        self.attrs = sorted({
+            n.attr for n in ast.walk(tree)
+            if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self"
+            and not n.attr.startswith("__")
+        })  # fmt: skip
 
     # ------------------------------------------------------------------ helpers
     def add(self, kind: str, start: int, end: int, replacement: str, line: int) -> None:
@@ -155,6 +194,7 @@ class _Finder(ast.NodeVisitor):
         body = node.body
         if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
             body = body[1:]  # the docstring
+        self._feature_removal(node, body)
         for stmt in body:
             self.visit(stmt)
         self.scope.pop()
@@ -186,7 +226,14 @@ class _Finder(ast.NodeVisitor):
 
     def visit_While(self, node: ast.While) -> None:
         self._negate(node.test)
+        self._drop_statement(node.body)
         self.generic_visit(node)
+
+    def visit_For(self, node: ast.For | ast.AsyncFor) -> None:
+        self._drop_statement(node.body)
+        self.generic_visit(node)
+
+    visit_AsyncFor = visit_For
 
     # ------------------------------------------------------------------ the mutations
     def visit_BinOp(self, node: ast.BinOp) -> None:
@@ -219,6 +266,7 @@ class _Finder(ast.NodeVisitor):
         self.generic_visit(node)
 
     def visit_Subscript(self, node: ast.Subscript) -> None:
+        self._key(node)
         index = node.slice
         for part in (index.lower, index.upper, index.step) if isinstance(index, ast.Slice) else (index,):
             if part is not None:
@@ -229,6 +277,7 @@ class _Finder(ast.NodeVisitor):
         if isinstance(node.func, ast.Name) and node.func.id == "range":
             for arg in node.args:
                 self._int_shift(arg, "off_by_one")
+        self._drop_kwarg(node)
         args = node.args
         if len(args) >= 2 and not any(isinstance(a, ast.Starred) for a in args[:2]):
             first, second = self.src.segment(args[0]), self.src.segment(args[1])
@@ -248,6 +297,95 @@ class _Finder(ast.NodeVisitor):
         if isinstance(node.value, bool):
             self.add_node("constant", node, str(not node.value))
 
+    def visit_Raise(self, node: ast.Raise) -> None:
+        target = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
+        self._exception(target)
+        self.generic_visit(node)
+
+    def visit_ExceptHandler(self, node: ast.ExceptHandler) -> None:
+        for target in node.type.elts if isinstance(node.type, ast.Tuple) else [node.type]:
+            self._exception(target)
+        self.generic_visit(node)
+
+    def visit_Attribute(self, node: ast.Attribute) -> None:
+        if (
+            self.scope and isinstance(node.ctx, ast.Load) and isinstance(node.value, ast.Name)
+            and node.value.id == "self" and node.attr in self.attrs
+        ):  # fmt: skip
+            other = _neighbour(self.attrs, node.attr)
+            if other is not None:
+                start = self.src.span(node)[1] - len(node.attr)
+                self.add("key", start, start + len(node.attr), other, node.lineno)
+        self.generic_visit(node)
+
+    def _exception(self, target: ast.expr | None) -> None:
+        if isinstance(target, ast.Name) and target.id in EXCEPTION_SWAP:
+            self.add_node("exception", target, EXCEPTION_SWAP[target.id])
+
+    def _key(self, node: ast.Subscript) -> None:
+        key = node.slice
+        if isinstance(key, ast.Constant) and isinstance(key.value, str) and isinstance(node.ctx, ast.Load):
+            other = _neighbour(self.keys, key.value)
+            text = self.src.segment(key)
+            if other is not None and text[:1] in "'\"":
+                self.add_node("key", key, repr(other) if text[0] == "'" else _double_quoted(other))
+
+    def _drop_kwarg(self, node: ast.Call) -> None:
+        items: list[ast.expr | ast.keyword] = sorted(
+            [*node.args, *node.keywords], key=lambda n: (n.lineno, n.col_offset)
+        )
+        for i, item in enumerate(items):
+            if not isinstance(item, ast.keyword) or item.arg is None:
+                continue  # **kwargs is not one argument
+            start, end = self.src.span(item)
+            if i > 0:  # from the end of the argument before it: its comma goes too
+                start = self.src.span(items[i - 1])[1]
+            elif i + 1 < len(items):  # the first argument: up to the next one
+                end = self.src.span(items[i + 1])[0]
+            self.add("drop_kwarg", start, end, "", item.lineno)
+
+    def _own_lines(self, body: list[ast.stmt], i: int) -> tuple[int, int] | None:
+        """The whole lines statement ``body[i]`` fills, when no other statement shares them."""
+        stmt = body[i]
+        first, last = stmt.lineno, stmt.end_lineno or stmt.lineno
+        if self.src.lines[first - 1][: stmt.col_offset].strip():
+            return None  # something before it on its line (``for x in y: a; b``)
+        if i + 1 < len(body) and body[i + 1].lineno <= last:
+            return None
+        if i > 0 and (body[i - 1].end_lineno or 0) >= first:
+            return None
+        return self.src.line_span(first, last)
+
+    def _drop_statement(self, body: list[ast.stmt]) -> None:
+        if len(body) < 2:
+            return
+        for i, stmt in enumerate(body):
+            if isinstance(stmt, (ast.Pass, ast.Continue, ast.Break)):
+                continue
+            span = self._own_lines(body, i)
+            if span is not None:
+                self.add("drop_statement", span[0], span[1], "", stmt.lineno)
+
+    def _feature_removal(self, node: ast.FunctionDef | ast.AsyncFunctionDef, body: list[ast.stmt]) -> None:
+        # two statements or more go (one is what drop_branch / drop_statement already make)
+        if not 3 <= len(body) <= MAX_REMOVED_BODY + 1 or not isinstance(body[-1], ast.Return):
+            return
+        final = body[-1]
+        if final.value is None or any(isinstance(n, (ast.Yield, ast.YieldFrom, ast.Await)) for n in ast.walk(node)):
+            return
+        assigned = {
+            n.id for stmt in body[:-1] for n in ast.walk(stmt) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
+        }
+        params = {a.arg for a in [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]}
+        read = {n.id for n in ast.walk(final.value) if isinstance(n, ast.Name)}
+        if not read or not read <= params or read & assigned:
+            return  # the return would name a local the removed lines made, or only constants
+        first = body[0]
+        if self.src.lines[first.lineno - 1][: first.col_offset].strip() or final.lineno <= (body[-2].end_lineno or 0):
+            return
+        start, end = self.src.line_span(first.lineno, final.lineno - 1)
+        self.add("feature_removal", start, end, "", first.lineno)
+
     def _negate(self, test: ast.expr) -> None:
         if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
             self.add_node("negation", test, self.src.segment(test.operand))
@@ -257,10 +395,15 @@ class _Finder(ast.NodeVisitor):
         self.add_node("negation", test, f"not ({text})" if wrap else f"not {text}")
 
     def _drop_branch(self, node: ast.If) -> None:
-        if node.orelse and not (len(node.orelse) == 1 and isinstance(node.orelse[0], ast.If)):
+        first = node.orelse[0] if node.orelse else None
+        if isinstance(first, ast.If) and self.src.lines[first.lineno - 1].strip().startswith("elif"):
+            # the elif's header and body go; its own elif / else then follows the if
+            start, end = self.src.line_span(first.lineno, first.body[-1].end_lineno or first.lineno)
+            self.add("drop_branch", start, end, "", first.lineno)
+        elif first is not None and not (len(node.orelse) == 1 and isinstance(first, ast.If)):
             after_body = node.body[-1].end_lineno or node.lineno
             else_line = next(
-                (n for n in range(after_body + 1, node.orelse[0].lineno + 1)
+                (n for n in range(after_body + 1, first.lineno + 1)
                  if self.src.lines[n - 1].strip().startswith("else")),
                 None,
             )  # fmt: skip
@@ -268,12 +411,24 @@ class _Finder(ast.NodeVisitor):
                 start, end = self.src.line_span(else_line, node.orelse[-1].end_lineno or else_line)
                 self.add("drop_branch", start, end, "", else_line)
         elif (
-            not node.orelse
+            first is None
             and len(node.body) == 1
             and isinstance(node.body[0], (ast.Return, ast.Raise, ast.Continue, ast.Break))
         ):
             start, end = self.src.line_span(node.lineno, node.end_lineno or node.lineno)
             self.add("drop_branch", start, end, "", node.lineno)
+
+
+def _neighbour(names: list[str], name: str) -> str | None:
+    """The next name after ``name`` in sorted ``names`` (wrapping round), or None when it is alone."""
+    if len(names) < 2 or name not in names:
+        return None
+    return names[(names.index(name) + 1) % len(names)]
+
+
+def _double_quoted(text: str) -> str:
+    """``text`` as a double-quoted literal where it can be written plainly, else Python's own repr."""
+    return f'"{text}"' if not set(text) & {'"', "\\", "\n", "\r"} else repr(text)
 
 
 def _is_main_guard(node: ast.If) -> bool:
@@ -293,7 +448,7 @@ def find_mutations(path: str, source: str) -> list[Mutation]:
         tree = ast.parse(source)
     except SyntaxError:
         return []
-    finder = _Finder(path, _Source(source))
+    finder = _Finder(path, _Source(source), tree)
     body = tree.body
     if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
         body = body[1:]  # the module docstring

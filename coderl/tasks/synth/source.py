@@ -1,0 +1,102 @@
+"""Where ``coderl tasks synth`` gets the repository it mutates: a local folder, or ``pypi:NAME[==VERSION]``,
+a project's source distribution fetched with pip and unpacked.
+
+Owns: parsing the ``pypi:`` form, ``pip download`` of the sdist (no wheel, no dependencies; pip is the
+only network access), safe unpacking into ``OUT_DIR/sources/``, and refusing a project that needs a C
+build. It does not run tests or mutate anything (:mod:`coderl.tasks.synth.build` does).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import zipfile
+from pathlib import Path
+
+from coderl.errors import TaskError
+
+PYPI = "pypi:"
+_SPEC = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?(==[A-Za-z0-9.+!_-]+)?$")
+_NATIVE = ("*.c", "*.cc", "*.cpp", "*.cxx", "*.pyx", "*.pxd", "*.rs", "*.f90")
+"""Sources a C (or Cython, Rust, Fortran) build compiles."""
+
+
+def is_pypi(given: str) -> bool:
+    return given.startswith(PYPI)
+
+
+def fetch_pypi(given: str, into: Path, timeout_s: float = 600.0) -> Path:
+    """The unpacked source distribution of ``pypi:NAME[==VERSION]`` under ``into`` (made once: an
+    unpacked folder already there is reused). A project that needs a C build is refused."""
+    spec = given[len(PYPI) :].strip()
+    if not _SPEC.match(spec):
+        raise TaskError(
+            f"{given!r} is not a PyPI project: write pypi:NAME or pypi:NAME==VERSION (for example pypi:toolz==0.12.1)"
+        )
+    into.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".download-", dir=into) as tmp:
+        command = [
+            sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "--disable-pip-version-check",
+            "-d", tmp, spec,
+        ]  # fmt: skip
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, check=False)
+        except subprocess.TimeoutExpired as exc:
+            raise TaskError(f"pip download {spec} took over {timeout_s:.0f} s") from exc
+        archives = [p for p in Path(tmp).iterdir() if p.name.endswith((".tar.gz", ".tgz", ".zip", ".tar.bz2"))]
+        if done.returncode != 0 or len(archives) != 1:
+            raise TaskError(
+                f"pip could not download the source distribution of {spec} (a project with no sdist on the "
+                f"package index cannot be used):\n{(done.stdout + done.stderr)[-1500:]}"
+            )
+        archive = archives[0]
+        folder = into / _stem(archive.name)
+        if not folder.is_dir():
+            _unpack(archive, folder)
+    check_pure_python(folder, spec)
+    return folder
+
+
+def check_pure_python(root: Path, name: str) -> None:
+    """Refuse a project whose package needs a compiler: tasks run its tests in a sandbox without one."""
+    found = sorted(str(p.relative_to(root)) for pattern in _NATIVE for p in root.rglob(pattern))
+    setup = root / "setup.py"
+    if not found and setup.is_file() and re.search(r"\bExtension\s*\(|ext_modules\s*=", setup.read_text(errors="replace")):
+        found = ["setup.py declares ext_modules"]
+    if found:
+        raise TaskError(
+            f"{name} needs a C build ({', '.join(found[:3])}{' ...' if len(found) > 3 else ''}); "
+            "coderl tasks synth takes pure-Python projects, whose tests run from the source tree"
+        )
+
+
+def _stem(name: str) -> str:
+    for suffix in (".tar.gz", ".tar.bz2", ".tgz", ".zip"):
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+def _unpack(archive: Path, folder: Path) -> None:
+    """Unpack ``archive`` to ``folder`` (its single top-level directory becomes ``folder``), atomically;
+    members that would land outside it, links and device files are refused (tarfile's data filter)."""
+    staging = Path(tempfile.mkdtemp(prefix=".unpack-", dir=folder.parent))
+    try:
+        if archive.name.endswith(".zip"):
+            with zipfile.ZipFile(archive) as zf:
+                for member in zf.namelist():
+                    if member.startswith("/") or ".." in Path(member).parts:
+                        raise TaskError(f"{archive.name}: member {member!r} would land outside the folder")
+                zf.extractall(staging)
+        else:
+            with tarfile.open(archive) as tf:
+                tf.extractall(staging, filter="data")
+        tops = list(staging.iterdir())
+        root = tops[0] if len(tops) == 1 and tops[0].is_dir() else staging
+        root.rename(folder)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)

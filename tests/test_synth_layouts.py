@@ -1,0 +1,144 @@
+"""`coderl tasks synth` on the layouts real projects use: a ``src/`` layout, a test file whose optional
+dependency is missing, a flaky test, a suite slower than the limit, a project that needs a C build,
+the ``pypi:`` form; and each mutant run against the test files that call into its file only."""
+
+from __future__ import annotations
+
+import io
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from coderl.errors import TaskError
+from coderl.tasks.synth.build import SynthOptions, relevant_files, synthesize
+from coderl.tasks.synth.mutate import Mutation
+from coderl.tasks.synth.source import _unpack, check_pure_python, fetch_pypi
+
+LIB = '''def area(w, h):
+    if w < 0 or h < 0:
+        raise ValueError("negative side")
+    return w * h
+
+
+def label(name, upper=False):
+    text = name.strip()
+    return text.upper() if upper else text
+'''
+TEST_AREA = '''import pytest
+from shapes import area
+
+
+def test_area():
+    assert area(2, 3) == 6
+
+
+def test_square():
+    assert area(4, 4) == 16
+
+
+def test_negative():
+    with pytest.raises(ValueError):
+        area(-1, 2)
+'''
+TEST_LABEL = '''from shapes import label
+
+
+def test_label():
+    assert label(" a ") == "a"
+
+
+def test_upper():
+    assert label("b", upper=True) == "B"
+'''
+FLAKY = '''import sys
+
+
+def test_flip():  # passes in the first pristine run, fails in the second (the traced one)
+    assert "coderl_synth_trace" not in sys.modules
+'''
+MISSING = '''import a_package_nobody_installed  # an optional test dependency this machine lacks
+
+
+def test_never_collected():
+    assert a_package_nobody_installed
+'''
+
+
+def _project(root: Path) -> Path:
+    (root / "src" / "shapes").mkdir(parents=True)
+    (root / "src" / "shapes" / "__init__.py").write_text(LIB)
+    (root / "tests").mkdir()
+    for name, text in {"test_area.py": TEST_AREA, "test_label.py": TEST_LABEL, "test_flaky.py": FLAKY,
+                       "test_optional.py": MISSING}.items():  # fmt: skip
+        (root / "tests" / name).write_text(text)
+    return root
+
+
+@pytest.mark.slow
+async def test_a_src_layout_with_a_flaky_test_and_a_missing_dependency(tmp_path: Path) -> None:
+    summary = await synthesize(_project(tmp_path / "shapes"), tmp_path / "out", SynthOptions(n=3, seed=0))
+    assert summary["kept"] >= 1 and summary["env"].get("PYTHONPATH") == "src"
+    assert summary["flaky_tests"] == ["tests/test_flaky.py::test_flip"]  # never FAIL_TO_PASS or PASS_TO_PASS
+    assert list(summary["test_files_dropped"]) == ["tests/test_optional.py"]
+    assert "a_package_nobody_installed" in summary["test_files_dropped"]["tests/test_optional.py"]
+    assert summary["test_files"] == 3 and summary["mutant_run_s_mean"] > 0
+    for task_id in summary["task_ids"]:
+        meta = (tmp_path / "out" / "tasks" / task_id / "task.yaml").read_text()
+        assert "test_flip" not in meta and "test_never_collected" not in meta
+
+
+def test_a_mutant_runs_the_test_files_that_call_into_its_file() -> None:
+    trace = {"tests/test_a.py": ["src/shapes/__init__.py"], "tests/test_b.py": ["src/shapes/other.py"]}
+    every = ["tests/test_a.py", "tests/test_b.py"]
+    inside = Mutation("src/shapes/__init__.py", "operator", 0, 1, "-", 3, "area")
+    assert relevant_files(inside, trace, every) == ["tests/test_a.py"]
+    module_level = Mutation("src/shapes/__init__.py", "constant", 0, 1, "2", 1, "")
+    assert relevant_files(module_level, trace, every) is None  # read at import, by anyone: every file
+    nobody = Mutation("src/shapes/third.py", "operator", 0, 1, "-", 3, "f")
+    assert relevant_files(nobody, trace, every) is None  # no known caller: every file
+    assert relevant_files(inside, {}, every) is None  # no trace: every file
+
+
+@pytest.mark.slow
+async def test_a_suite_slower_than_the_limit_says_so_and_how_to_raise_it(tmp_path: Path) -> None:
+    root = _project(tmp_path / "slow")
+    (root / "tests" / "test_slow.py").write_text("import time\n\n\ndef test_wait():\n    time.sleep(30)\n")
+    with pytest.raises(TaskError, match=r"did not finish within 3 s; raise the limit with --timeout"):
+        await synthesize(root, tmp_path / "out", SynthOptions(n=1, timeout_s=3))
+
+
+def test_a_project_that_needs_a_c_build_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "fast").mkdir()
+    (tmp_path / "fast" / "_speedups.c").write_text("int x;\n")
+    with pytest.raises(TaskError, match=r"fastlib needs a C build \(fast/_speedups.c\)"):
+        check_pure_python(tmp_path, "fastlib")
+    (tmp_path / "fast" / "_speedups.c").unlink()
+    (tmp_path / "setup.py").write_text("from setuptools import Extension, setup\nsetup(ext_modules=[])\n")
+    with pytest.raises(TaskError, match=r"setup\.py declares ext_modules"):
+        check_pure_python(tmp_path, "fastlib")
+    (tmp_path / "setup.py").write_text("from setuptools import setup\nsetup()\n")
+    check_pure_python(tmp_path, "fastlib")  # pure Python: no error
+
+
+def test_a_bad_pypi_name_is_refused_before_pip_runs(tmp_path: Path) -> None:
+    with pytest.raises(TaskError, match=r"'pypi:two words' is not a PyPI project: write pypi:NAME or pypi:NAME==VERSION"):
+        fetch_pypi("pypi:two words", tmp_path)
+
+
+def test_an_sdist_unpacks_to_its_top_folder_and_nothing_escapes(tmp_path: Path) -> None:
+    def archive(name: str, members: dict[str, bytes]) -> Path:
+        path = tmp_path / name
+        with tarfile.open(path, "w:gz") as tf:
+            for member, data in members.items():
+                info = tarfile.TarInfo(member)
+                info.size = len(data)
+                tf.addfile(info, io.BytesIO(data))
+        return path
+
+    _unpack(archive("lib-1.0.tar.gz", {"lib-1.0/lib/__init__.py": b"X = 1\n", "lib-1.0/tests/test_x.py": b""}),
+            tmp_path / "lib-1.0")  # fmt: skip
+    assert (tmp_path / "lib-1.0" / "lib" / "__init__.py").read_text() == "X = 1\n"
+    with pytest.raises(tarfile.TarError):  # tarfile's data filter: a member outside the folder
+        _unpack(archive("evil.tar.gz", {"../escaped.py": b"boom"}), tmp_path / "evil")
+    assert not (tmp_path / "escaped.py").exists() and not (tmp_path / "evil").exists()
