@@ -142,3 +142,25 @@ def test_an_sdist_unpacks_to_its_top_folder_and_nothing_escapes(tmp_path: Path) 
     with pytest.raises(tarfile.TarError):  # tarfile's data filter: a member outside the folder
         _unpack(archive("evil.tar.gz", {"../escaped.py": b"boom"}), tmp_path / "evil")
     assert not (tmp_path / "escaped.py").exists() and not (tmp_path / "evil").exists()
+
+
+def test_bench_synth_names_the_same_libraries_as_its_help() -> None:
+    from coderl.bench.synth import LIBRARIES
+    from coderl.cli.bench_cmd import SYNTH_LIBRARIES
+
+    assert SYNTH_LIBRARIES == LIBRARIES
+
+
+def test_bench_synth_table_gives_each_library_its_row() -> None:
+    from coderl.bench.synth import to_markdown
+
+    kept = {"library": "toolz==0.12.1", "tried": 10, "kept": 4, "dropped": {"uncaught": 5, "timeout": 1},
+            "by_kind": {"operator": {"tried": 6, "kept": 3}, "key": {"tried": 4, "kept": 1}},
+            "baseline_passing_tests": 180, "flaky_tests": [], "test_files": 12, "test_files_dropped": {},
+            "addopts_emptied": False, "pristine_s": 5.8, "mutant_run_s_mean": 3.0, "validation_failures": {},
+            "src_layout": False, "minutes": 2.5}  # fmt: skip
+    refused = {"library": "markupsafe==3.0.2", "refused": "markupsafe==3.0.2 needs a C build", "minutes": 0.2}
+    md = to_markdown({"libraries": [kept, refused], "n": 30, "timeout_s": 120, "machine": {"cpu": "x", "cores": 2}})
+    assert "| `toolz==0.12.1` | flat; 12 test files; 180 tests pass | 10 | 4 | uncaught 5, timeout 1 | 4 of 4 | 2.5 |" in md
+    assert "| `markupsafe==3.0.2` | refused: markupsafe==3.0.2 needs a C build |" in md
+    assert "operator 75%, key 25%" in md

@@ -23,6 +23,9 @@ if TYPE_CHECKING:  # the parser is built for --help: nothing heavy is imported u
     from coderl.config import Config
 
 Run = Callable[["Config", argparse.Namespace, "Console"], dict[str, Any]]
+SYNTH_LIBRARIES = ("toolz==0.12.1", "cachetools==5.5.0", "humanize==4.11.0", "boltons==24.1.0", "markupsafe==3.0.2",
+                   "sortedcontainers==2.4.0")  # fmt: skip
+"""``coderl bench synth``'s default libraries (coderl.bench.synth.LIBRARIES, named here so --help imports nothing)."""
 
 
 @dataclass
@@ -62,6 +65,12 @@ def _sandbox(cfg: Config, ns: argparse.Namespace, console: Console) -> dict[str,
     from coderl.bench.sandbox import bench_sandbox
 
     return asyncio.run(bench_sandbox(cfg.sandbox, quick=ns.quick, console=console))
+
+
+def _synth(cfg: Config, ns: argparse.Namespace, console: Console) -> dict[str, Any]:
+    from coderl.bench.synth import run
+
+    return run(cfg, [x.strip() for x in ns.libraries.split(",") if x.strip()], ns.n, ns.quick, console)
 
 
 def _rollout(cfg: Config, ns: argparse.Namespace, console: Console) -> dict[str, Any]:
@@ -170,6 +179,15 @@ BENCHES: dict[str, Bench] = {
         ],
     ),
     "sandbox": Bench("sandbox create/exec/close latency, throughput and grading time", "sandbox", _sandbox),
+    "synth": Bench(
+        "coderl tasks synth on public libraries fetched from PyPI: per library, mutants tried, kept, dropped by reason, validated, minutes",
+        "synth",
+        _synth,
+        [
+            ("--libraries", {"default": ",".join(SYNTH_LIBRARIES), "help": "comma-separated NAME==VERSION of PyPI projects (default: the pinned list in coderl/bench/synth.py); --quick runs the first with --n 3"}),
+            ("--n", {"type": int, "default": 30, "help": "tasks wanted per library (default 30)"}),
+        ],
+    ),
     "rollout": Bench(
         "rollout throughput vs the latency-bound ideal, per-turn overhead, real-model pass@1",
         "rollout",
