@@ -164,3 +164,29 @@ def test_bench_synth_table_gives_each_library_its_row() -> None:
     assert "| `toolz==0.12.1` | flat; 12 test files; 180 tests pass | 10 | 4 | uncaught 5, timeout 1 | 4 of 4 | 2.5 |" in md
     assert "| `markupsafe==3.0.2` | refused: markupsafe==3.0.2 needs a C build |" in md
     assert "operator 75%, key 25%" in md
+
+
+def test_a_pypi_source_with_a_bad_count_is_refused() -> None:
+    from coderl.tasks import load_tasks
+
+    with pytest.raises(TaskError, match=r"n='many' is not a whole number"):
+        load_tasks("pypi:toolz==0.12.1?n=many")
+    with pytest.raises(TaskError, match=r"n=0; ask for at least 1 task"):
+        load_tasks("pypi:toolz==0.12.1?n=0")
+    with pytest.raises(TaskError, match=r"unknown parameter\(s\) \['repos'\]; pypi sources take n, seed, bug_in"):
+        load_tasks("pypi:toolz==0.12.1?repos=x")
+
+
+@pytest.mark.slow
+def test_a_pypi_source_is_synthesised_once_and_then_read_from_the_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sdist comes from the package index with pip (the one network access a test makes here)."""
+    from coderl.tasks import load_tasks
+
+    monkeypatch.setenv("CODERL_CACHE_DIR", str(tmp_path))
+    tasks = load_tasks("pypi:toolz==0.12.1?n=1")
+    assert len(tasks) == 1 and tasks[0].id.startswith("toolz-0.12.1-s") and tasks[0].fail_to_pass
+    monkeypatch.setattr("coderl.tasks.synth.source.subprocess.run", None)  # a second pip call would fail
+    again = load_tasks("pypi:toolz==0.12.1?n=1")
+    assert [t.id for t in again] == [t.id for t in tasks]

@@ -11,7 +11,8 @@ from coderl.section import Section
 
 class TasksConfig(Section):
     source: str = "bundled"
-    """Where tasks come from: bundled[:tiers], swebench:FILE?repos=DIR, harbor:DIR, native:DIR, dataset:FILE."""
+    """Where tasks come from: bundled[:tiers], swebench:FILE?repos=DIR, harbor:DIR, native:DIR, dataset:FILE,
+    pypi:NAME==VERSION?n=N (synthesised at run time from the project's sdist, cached)."""
     reward: Literal["resolved", "fraction"] = "resolved"
     """Reward of a graded patch: 1/0 when every FAIL_TO_PASS and PASS_TO_PASS test passes, or the share passing."""
     concurrency: int = Field(2, ge=1)

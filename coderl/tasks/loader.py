@@ -6,6 +6,8 @@ Sources:
   harbor:DIR                    a Harbor task folder or a folder of them
   native:DIR                    a native task folder or a folder of them
   dataset:FILE.parquet          a dataset written by 'coderl tasks convert'
+  pypi:NAME[==VERSION]?n=N      tasks synthesised at run time from a PyPI project's sdist (coderl tasks
+                                synth; cached once made; &seed=S, default n=24, seed 0)
   PATH                          guessed from what is there
 
 Synthesised tasks (``coderl tasks synth``, the bundled ``synth`` tier) can be filtered by where their
@@ -21,9 +23,9 @@ from urllib.parse import parse_qs
 from coderl.errors import TaskError
 from coderl.types import Task
 
-KINDS = ("bundled", "swebench", "harbor", "native", "dataset")
+KINDS = ("bundled", "swebench", "harbor", "native", "dataset", "pypi")
 BUG_IN = ("callee", "helper")
-QUERY_KEYS = {"swebench": ("repos", "test_command", "bug_in")}
+QUERY_KEYS = {"swebench": ("repos", "test_command", "bug_in"), "pypi": ("n", "seed", "bug_in")}
 """The ``?key=value`` parameters each kind reads (every other kind: ``bug_in`` only)."""
 
 
@@ -55,6 +57,10 @@ def load_tasks(source: str = "bundled") -> list[Task]:
         from coderl.tasks.native import load_native_folder
 
         tasks = load_native_folder(_existing_dir(path_text))
+    elif kind == "pypi":
+        from coderl.tasks.synth.cached import synthesized_tasks
+
+        tasks = synthesized_tasks(path_text, _int_param(params, "n", 24, source), _int_param(params, "seed", 0, source))
     else:
         from coderl.tasks.dataset import read_parquet
 
@@ -66,6 +72,13 @@ def load_tasks(source: str = "bundled") -> list[Task]:
     if dupes:
         raise TaskError(f"{source}: duplicate task ids {dupes[:5]}")
     return tasks
+
+
+def _int_param(params: dict[str, str], key: str, default: int, source: str) -> int:
+    try:
+        return int(params.get(key, default))
+    except ValueError:
+        raise TaskError(f"{source}: {key}={params[key]!r} is not a whole number") from None
 
 
 def _where_bug_is(tasks: list[Task], where: str, source: str) -> list[Task]:
@@ -107,5 +120,5 @@ def _guess(path: Path) -> str:
         return "native"
     raise TaskError(
         f"task source {str(path)!r} is not a known kind or an existing path; use one of "
-        "bundled[:tiers], swebench:FILE?repos=DIR, harbor:DIR, native:DIR, dataset:FILE.parquet"
+        "bundled[:tiers], swebench:FILE?repos=DIR, harbor:DIR, native:DIR, dataset:FILE.parquet, pypi:NAME==VERSION?n=N"
     )

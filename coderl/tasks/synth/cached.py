@@ -1,0 +1,54 @@
+"""``pypi:NAME[==VERSION]?n=N&seed=S`` as a task source: tasks synthesised at run time from a public
+library's sdist, made once per machine and cached by what made them.
+
+Owns: the cache key and the one-time synthesis (in a thread of its own, so a caller inside an event
+loop can load tasks too). It does not choose libraries or mutate code (:mod:`coderl.tasks.synth.build`).
+A held-out set from a repository no training task comes from is the use: ``train.val_also=pypi:...``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import threading
+from pathlib import Path
+
+from coderl.errors import TaskError
+from coderl.types import Task
+
+RECIPE = "synth-v2"
+"""Bumped when what a synthesis makes changes (the cache then makes it again)."""
+
+
+def synthesized_tasks(spec: str, n: int, seed: int, timeout_s: float = 120.0) -> list[Task]:
+    """The tasks of ``coderl tasks synth pypi:SPEC --n n --seed seed``, from the cache or made now."""
+    from coderl.tasks.native import load_native_folder
+    from coderl.tasks.snapshot import materialised
+
+    if n < 1:
+        raise TaskError(f"pypi:{spec}: n={n}; ask for at least 1 task")
+    key = hashlib.sha256(json.dumps([RECIPE, spec, n, seed, timeout_s]).encode()).hexdigest()[:16]
+
+    def build(folder: Path) -> None:
+        from coderl.tasks.synth.build import SynthOptions, synthesize
+
+        failure: list[BaseException] = []
+
+        def work() -> None:
+            try:
+                asyncio.run(synthesize(f"pypi:{spec}", folder, SynthOptions(n=n, seed=seed, timeout_s=timeout_s)))
+            except BaseException as exc:  # handed to the caller's thread
+                failure.append(exc)
+
+        thread = threading.Thread(target=work, name="coderl-synth", daemon=True)
+        thread.start()
+        thread.join()
+        if failure:
+            raise failure[0]
+
+    folder = materialised(f"synth-{key}", build)
+    tasks = load_native_folder(folder / "tasks")
+    if not tasks:
+        raise TaskError(f"pypi:{spec}: synthesis kept no task (see {folder})")
+    return tasks
