@@ -18,6 +18,7 @@ from rich.console import Console
 
 from coderl.bench.report import machine_info
 from coderl.errors import TaskError
+from coderl.progress import progress_bars
 from coderl.sandbox import SandboxSpec
 
 LIBRARIES = (
@@ -40,27 +41,41 @@ async def bench_synth(
     console: Console | None = None,
 ) -> dict[str, Any]:
     """``tasks synth pypi:LIB --n n`` for each library (a library that is refused gives its reason)."""
+    console = console or Console(stderr=True)
+    rows = [await _library(lib, spec, n, out, timeout_s, console) for lib in libraries]
+    return {"libraries": rows, "n": n, "timeout_s": timeout_s, "machine": machine_info()}
+
+
+async def _library(lib: str, spec: SandboxSpec, n: int, out: Path, timeout_s: float, console: Console) -> dict[str, Any]:
     from coderl.tasks.synth.build import SynthOptions, synthesize
 
-    console = console or Console(stderr=True)
-    rows = []
-    for lib in libraries:
-        t0 = time.perf_counter()
-        console.print(f"bench synth: pypi:{lib} (--n {n})")
-        row: dict[str, Any] = {"library": lib}
+    t0 = time.perf_counter()
+    row: dict[str, Any] = {"library": lib}
+    with progress_bars(console, name=f"bench synth {lib}") as progress:
+        kept = progress.add_task("mutants kept", total=n, info="")
+        checked = progress.add_task("validated", total=None, info="", visible=False)
+
+        def tick(stage: str, state: Any) -> None:
+            if stage == "mutants":
+                progress.update(kept, completed=len(state.kept), info=f"{sum(state.tried.values())} run")
+            else:
+                progress.update(checked, advance=1, visible=True, total=len(state.kept))
+
         try:
-            summary = await synthesize(f"pypi:{lib}", out, SynthOptions(n=n, seed=0, timeout_s=timeout_s), spec)
+            options = SynthOptions(n=n, seed=0, timeout_s=timeout_s)
+            summary = await synthesize(f"pypi:{lib}", out, options, spec, on_progress=tick)
         except TaskError as exc:
             row["refused"] = str(exc).splitlines()[0]
-        else:
-            row.update({k: summary[k] for k in (
-                "tried", "kept", "dropped", "by_kind", "baseline_passing_tests", "flaky_tests", "test_files",
-                "test_files_dropped", "addopts_emptied", "pristine_s", "mutant_run_s_mean", "validation_failures",
-            )})  # fmt: skip
-            row["src_layout"] = summary["env"].get("PYTHONPATH") == "src"
-        row["minutes"] = round((time.perf_counter() - t0) / 60, 2)
-        rows.append(row)
-    return {"libraries": rows, "n": n, "timeout_s": timeout_s, "machine": machine_info()}
+            console.print(f"bench synth: {lib} refused: {row['refused']}")
+            summary = {}
+    if summary:
+        row.update({k: summary[k] for k in (
+            "tried", "kept", "dropped", "by_kind", "baseline_passing_tests", "flaky_tests", "test_files",
+            "test_files_dropped", "addopts_emptied", "pristine_s", "mutant_run_s_mean", "validation_failures",
+        )})  # fmt: skip
+        row["src_layout"] = summary["env"].get("PYTHONPATH") == "src"
+    row["minutes"] = round((time.perf_counter() - t0) / 60, 2)
+    return row
 
 
 def run(cfg: Any, libraries: list[str], n: int, quick: bool, console: Console) -> dict[str, Any]:
