@@ -72,6 +72,10 @@ def _project(root: Path) -> Path:
     for name, text in {"test_area.py": TEST_AREA, "test_label.py": TEST_LABEL, "test_flaky.py": FLAKY,
                        "test_optional.py": MISSING}.items():  # fmt: skip
         (root / "tests" / name).write_text(text)
+    # settings of a plugin this Python lacks, and warnings made errors: the suite stops before any test
+    (root / "pyproject.toml").write_text(
+        '[tool.pytest.ini_options]\naddopts = "--a-plugins-option"\nfilterwarnings = ["error"]\n'
+    )
     return root
 
 
@@ -83,9 +87,11 @@ async def test_a_src_layout_with_a_flaky_test_and_a_missing_dependency(tmp_path:
     assert list(summary["test_files_dropped"]) == ["tests/test_optional.py"]
     assert "a_package_nobody_installed" in summary["test_files_dropped"]["tests/test_optional.py"]
     assert summary["test_files"] == 3 and summary["mutant_run_s_mean"] > 0
+    assert summary["lenient_settings"]  # the project's addopts and filterwarnings emptied
     for task_id in summary["task_ids"]:
         meta = (tmp_path / "out" / "tasks" / task_id / "task.yaml").read_text()
         assert "test_flip" not in meta and "test_never_collected" not in meta
+        assert "-o addopts= -o filterwarnings= -W ignore" in meta  # graded the same way
 
 
 def test_a_mutant_runs_the_test_files_that_call_into_its_file() -> None:
@@ -157,7 +163,7 @@ def test_bench_synth_table_gives_each_library_its_row() -> None:
     kept = {"library": "toolz==0.12.1", "tried": 10, "kept": 4, "dropped": {"uncaught": 5, "timeout": 1},
             "by_kind": {"operator": {"tried": 6, "kept": 3}, "key": {"tried": 4, "kept": 1}},
             "baseline_passing_tests": 180, "flaky_tests": [], "test_files": 12, "test_files_dropped": {},
-            "addopts_emptied": False, "pristine_s": 5.8, "mutant_run_s_mean": 3.0, "validation_failures": {},
+            "lenient_settings": False, "pristine_s": 5.8, "mutant_run_s_mean": 3.0, "validation_failures": {},
             "src_layout": False, "minutes": 2.5}  # fmt: skip
     refused = {"library": "markupsafe==3.0.2", "refused": "markupsafe==3.0.2 needs a C build", "minutes": 0.2}
     md = to_markdown({"libraries": [kept, refused], "n": 30, "timeout_s": 120, "machine": {"cpu": "x", "cores": 2}})

@@ -71,7 +71,7 @@ async def _library(lib: str, spec: SandboxSpec, n: int, out: Path, timeout_s: fl
     if summary:
         row.update({k: summary[k] for k in (
             "tried", "kept", "dropped", "by_kind", "baseline_passing_tests", "flaky_tests", "test_files",
-            "test_files_dropped", "addopts_emptied", "pristine_s", "mutant_run_s_mean", "validation_failures",
+            "test_files_dropped", "lenient_settings", "pristine_s", "mutant_run_s_mean", "validation_failures",
         )})  # fmt: skip
         row["src_layout"] = summary["env"].get("PYTHONPATH") == "src"
     row["minutes"] = round((time.perf_counter() - t0) / 60, 2)

@@ -7,8 +7,9 @@ passing pytest suite (the SWE-smith / R2E-Gym recipe: mutate, keep what the test
    PASS_TO_PASS; a suite that passes nothing, or does not finish within the limit, is refused with
    the reason). The second run records which files each test file calls into. A test file pytest
    cannot collect (an optional test dependency missing) is left out and counted. ``src/`` layouts run
-   with ``PYTHONPATH=src``; a project whose ``addopts`` name plugins this Python lacks (``--cov``)
-   runs with them emptied, when nothing passes otherwise.
+   with ``PYTHONPATH=src``; a project whose pytest settings stop its suite here (``addopts`` naming
+   plugins this Python lacks, ``filterwarnings`` turning this pytest's deprecations into errors) runs
+   with them emptied, when nothing passes otherwise.
 2. Seeded mutations of the library code (:mod:`coderl.tasks.synth.mutate`), each kind in turn, are
    run in sandboxes, one worker per ``concurrency``, each against the test files that call into the
    mutated file (all of them for a module-level edit, or when none is known to).
@@ -50,15 +51,15 @@ from coderl.tasks.native import load_native_task
 from coderl.tasks.synth.issue import bug_in, issue_text
 from coderl.tasks.synth.mutate import Mutation, find_mutations, interleave
 from coderl.tasks.synth.source import fetch_pypi, is_pypi
-from coderl.tasks.synth.suite import NO_PLUGINS, SuiteRun, SuiteRunner, test_files
+from coderl.tasks.synth.suite import LENIENT, NO_PLUGINS, SuiteRun, SuiteRunner, test_files
 from coderl.tasks.validate import check_task
 from coderl.yamlio import load_yaml
 
 _IGNORE = shutil.ignore_patterns(".git", "__pycache__", "*.pyc", ".pytest_cache", ".coderl-*", ".mypy_cache")
-EMPTIED_ADDOPTS_COMMAND = (
-    "python -m pytest -p no:cacheprovider -q -o junit_family=xunit1 -o addopts= --junitxml={{junit}} {files}"
+LENIENT_COMMAND = (
+    f"python -m pytest -p no:cacheprovider -q -o junit_family=xunit1 {LENIENT} --junitxml={{{{junit}}}} {{files}}"
 )
-"""A task's grading command when its project's ``addopts`` had to be emptied."""
+"""A task's grading command when its project's pytest settings had to be emptied (``SuiteRunner.lenient``)."""
 DROP_REASONS = (
     "uncaught", "breaks_everything", "timeout", "no_pass_to_pass", "overlaps_existing_task", "failed_validation",
 )  # fmt: skip
@@ -177,7 +178,7 @@ class Baseline:
 
     run: SuiteRun
     env: dict[str, str]
-    clear_addopts: bool
+    lenient: bool
     passing: set[str]
     flaky: list[str]
     trace: dict[str, list[str]]
@@ -193,7 +194,7 @@ def layout_env(repo: Path) -> dict[str, str]:
 
 async def _baseline(pristine: Path, spec: SandboxSpec, timeout_s: float) -> Baseline:
     """The pristine suite run the way that passes most (without third-party pytest plugins first; with
-    the project's ``addopts`` emptied when they name options nothing here knows), then once more,
+    the project's pytest settings emptied when nothing passes with them), then once more,
     traced: a test whose outcome differs between the two runs is flaky."""
     layout = layout_env(pristine)
     runs: list[tuple[SuiteRun, dict[str, str], bool]] = []
@@ -247,7 +248,8 @@ async def synthesize(
         raise TaskError(f"repository {str(repo)!r} is not a folder")
     if not test_files(repo):
         raise TaskError(
-            f"repository {str(repo)!r} has no test files (test_*.py or *_test.py): tasks are made from "
+            f"repository {given if is_pypi(given) else str(repo)!r} has no test files (test_*.py or *_test.py; "
+            "an sdist may leave its tests out): tasks are made from "
             "what its own pytest suite catches, so it needs one"
         )
     pristine = _pristine_copy(repo, out / "repos" / name)
@@ -278,7 +280,7 @@ async def synthesize(
     state.dropped["overlaps_existing_task"] = overlaps
 
     async def worker() -> None:
-        async with SuiteRunner(pristine, spec, env, opts.timeout_s, base.clear_addopts) as suite:
+        async with SuiteRunner(pristine, spec, env, opts.timeout_s, base.lenient) as suite:
             suite.files = every
             while len(state.kept) < state.want:
                 m = next(state.queue, None)
@@ -303,7 +305,7 @@ async def synthesize(
 
     await asyncio.gather(*(worker() for _ in range(max(1, opts.concurrency))))
     written = [
-        _write_task(out / "tasks", name, i + 1, k, pristine, env, opts, base.clear_addopts)
+        _write_task(out / "tasks", name, i + 1, k, pristine, env, opts, base.lenient)
         for i, k in enumerate(state.kept)
     ]
     failures: dict[str, list[str]] = {}
@@ -332,7 +334,7 @@ async def synthesize(
         "flaky_tests": base.flaky,
         "test_files": len(every),
         "test_files_dropped": baseline.collection_errors,
-        "addopts_emptied": base.clear_addopts,
+        "lenient_settings": base.lenient,
         "pristine_s": round(pristine_s, 1),
         "mutant_run_s_mean": round(sum(state.run_s) / len(state.run_s), 2) if state.run_s else None,
         "env": env,
@@ -395,7 +397,7 @@ def _write_task(
     pristine: Path,
     env: dict[str, str],
     opts: SynthOptions,
-    clear_addopts: bool = False,
+    lenient: bool = False,
 ) -> str:
     m = kept.mutation
     task_id = f"{name}-s{number:03d}"
@@ -414,7 +416,7 @@ def _write_task(
         "pass_to_pass": kept.pass_to_pass,
         "withheld": kept.withheld,
         "env": env,
-        **({"test_command": EMPTIED_ADDOPTS_COMMAND.format(files=" ".join(kept.withheld))} if clear_addopts else {}),
+        **({"test_command": LENIENT_COMMAND.format(files=" ".join(kept.withheld))} if lenient else {}),
         "metadata": {
             "synth": {
                 "kind": m.kind,

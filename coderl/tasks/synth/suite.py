@@ -57,6 +57,8 @@ def pytest_sessionfinish(session):
 calls entered. A mutant of a function then runs only the test files that call into its file."""
 _WORST = {"passed": 0, "skipped": 1, "failed": 2, "error": 3}
 NO_PLUGINS = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+LENIENT = "-o addopts= -o filterwarnings= -W ignore"
+"""pytest options that empty a project's own ``addopts`` and warning filters (see ``SuiteRunner.lenient``)."""
 
 
 @dataclass
@@ -110,13 +112,15 @@ class SuiteRunner:
     """``async with SuiteRunner(repo, spec, env) as suite: run = await suite.run({path: text})``."""
 
     def __init__(
-        self, repo: Path, spec: SandboxSpec, env: dict[str, str], timeout_s: float = 60.0, clear_addopts: bool = False
+        self, repo: Path, spec: SandboxSpec, env: dict[str, str], timeout_s: float = 60.0, lenient: bool = False
     ) -> None:
         self.repo = repo
         self.spec = spec.model_copy(update={"workspace": repo, "env": {**spec.env, **env}})
         self.timeout_s = timeout_s
-        self.clear_addopts = clear_addopts
-        """Run with the project's ``addopts`` emptied (options of plugins this sandbox lacks: ``--cov``)."""
+        self.lenient = lenient
+        """Run with the project's ``addopts`` and ``filterwarnings`` emptied and warnings ignored: settings
+        that need plugins this Python lacks (``--cov``), or that turn another pytest's deprecation
+        warnings into errors, would otherwise stop the suite before a test runs."""
         self.files = test_files(repo)
         self._box: Sandbox | None = None
 
@@ -143,7 +147,7 @@ class SuiteRunner:
         t0 = time.perf_counter()
         try:
             targets = " ".join(shlex.quote(f) for f in (self.files if files is None else files))
-            options = "-o addopts= " if self.clear_addopts else ""
+            options = LENIENT + " " if self.lenient else ""
             prefix = ""
             if trace:
                 await box.write_file(".coderl-synth/coderl_synth_trace.py", TRACE_PLUGIN)
