@@ -295,7 +295,8 @@ def test_lora_in_the_last_layers_only_trains_those_and_keeps_the_gradients_of_th
 
 
 @pytest.mark.parametrize("lora_rank", [0, 4])
-def test_save_load_resumes_bit_for_bit(batch: Any, tmp_path: Path, lora_rank: int) -> None:
+def test_save_load_resumes_bit_for_bit(batch: Any, tmp_path: Path, lora_rank: int, tiny_model: Path) -> None:
+    """On the tiny model (tests/tiny.py): what is checked is that a checkpoint holds every state."""
     sequences, starts = batch
     first, second = (sequences[:2], starts[:2]), (sequences[2:], starts[2:])
     cfg: dict[str, Any] = dict(
@@ -305,7 +306,8 @@ def test_save_load_resumes_bit_for_bit(batch: Any, tmp_path: Path, lora_rank: in
         warmup_steps=3,
         micro_batch_tokens=100,
     )
-    actor = make_actor(**cfg)
+    actor = Actor(ActorConfig(device="cpu", seed=0, **cfg), tiny_model)
+    actor.setup()
     actor.train_step(*first, 1.0, nll_loss(*first))
     if lora_rank:
         actor.save(tmp_path / "ckpt")  # a checkpoint already there is replaced
@@ -313,9 +315,7 @@ def test_save_load_resumes_bit_for_bit(batch: Any, tmp_path: Path, lora_rank: in
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]
     straight = actor.train_step(*second, 1.0, nll_loss(*second))
 
-    resumed = Actor(
-        ActorConfig(device="cpu", seed=123, **cfg)
-    )  # another seed: everything comes from the file
+    resumed = Actor(ActorConfig(device="cpu", seed=123, **cfg), tiny_model)  # another seed: all from the file
     resumed.load(tmp_path / "ckpt")
     assert resumed.step == 1
     again = resumed.train_step(*second, 1.0, nll_loss(*second))

@@ -58,7 +58,9 @@ def _weights(actor: Any) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone().float() for k, v in actor.state_dict_for_engine().items()}
 
 
-def test_two_ranks_update_as_one_and_resume_on_one(checkpoint: Path, tokenizer: Any, tmp_path: Path) -> None:
+def test_two_ranks_update_as_one_and_resume_on_one(tiny_model: Path, tokenizer: Any, tmp_path: Path) -> None:
+    """On the tiny model (tests/tiny.py): sharding, gathering and checkpoints do not depend on its size."""
+    checkpoint = tiny_model
     trajs = _trajectories(tokenizer)
     algo = AlgoConfig(advantage="grpo")
     # a budget that splits the batch into 3 micro-batches: rank 1 also runs a zero-loss dummy pass
