@@ -9,6 +9,44 @@ if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = "0" ] && command -v a
   echo "[test] installing chromium for the viewer test"
   apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null || true
 fi
+# The docker sandbox tests (contract, hostile programs, eval) need a Docker daemon and the task image
+# (`coderl sandbox image build`: Debian + Python 3 + pytest + git, root file system cached under the
+# coderl cache folder); each is had here where it can be, best-effort, and the tests skip with the reason
+# where not. A daemon this script starts is stopped when it ends.
+DOCKERD_PID=""
+stop_dockerd() {
+  if [ -n "$DOCKERD_PID" ]; then
+    echo "[test] stopping the dockerd this script started"
+    kill "$DOCKERD_PID" 2>/dev/null || true
+    wait "$DOCKERD_PID" 2>/dev/null || true
+  fi
+}
+trap stop_dockerd EXIT
+if [ "$(id -u)" = "0" ]; then
+  if ! command -v dockerd >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+    echo "[test] installing docker.io for the docker sandbox tests"
+    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker.io >/dev/null || true
+  fi
+  if command -v dockerd >/dev/null 2>&1 && command -v docker >/dev/null 2>&1 && ! docker info >/dev/null 2>&1; then
+    # no bridge and no iptables: sandboxes run with --network none; overlay2 where the kernel allows it, else vfs
+    for driver in "" "--storage-driver=vfs"; do
+      echo "[test] starting dockerd --bridge=none --iptables=false $driver (log: /tmp/coderl-test-dockerd.log)"
+      # shellcheck disable=SC2086
+      dockerd --bridge=none --iptables=false $driver >/tmp/coderl-test-dockerd.log 2>&1 &
+      DOCKERD_PID=$!
+      for _ in $(seq 60); do
+        if docker info >/dev/null 2>&1 || ! kill -0 "$DOCKERD_PID" 2>/dev/null; then break; fi
+        sleep 0.5
+      done
+      if docker info >/dev/null 2>&1; then break; fi
+      stop_dockerd; DOCKERD_PID=""
+    done
+  fi
+fi
+if command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; then
+  echo "[test] docker task image (coderl sandbox image build)"
+  "$PY" -m coderl sandbox image build >/dev/null || echo "[test] no task image: the docker tests will be skipped"
+fi
 # verl, for the verl-bridge test (tests/test_verl_loop.py): a venv that sees this Python's packages
 # (torch, transformers, coderl) and adds verl --no-deps (it pins an older transformers; its agent-loop
 # path runs with ours) and what that path imports. Idempotent; about 25 s the first time.

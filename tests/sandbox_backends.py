@@ -9,7 +9,10 @@ from collections.abc import Iterator
 
 import pytest
 
+from coderl.errors import SandboxError
 from coderl.sandbox.base import SandboxSpec
+from coderl.sandbox.docker import docker_cli
+from coderl.sandbox.image import BUILD_COMMAND, image_present, image_tag
 from coderl.sandbox.server import create_sandbox_app
 from tests.servers import serve
 
@@ -19,14 +22,21 @@ OTHER_TOKEN = "client-token-b"
 
 @functools.lru_cache(maxsize=1)
 def docker_skip_reason() -> str | None:
-    cli = shutil.which("docker") or shutil.which("podman")
-    if cli is None:
-        return "no docker or podman CLI on this machine"
+    """Why the docker tests cannot run here (no CLI, no daemon, no task image), or None."""
+    try:
+        cli = docker_cli()
+    except SandboxError as exc:
+        return str(exc)
     r = subprocess.run(
         [cli, "info", "--format", "{{.ServerVersion}}"], capture_output=True, text=True, timeout=20
     )
     if r.returncode != 0:
-        return f"no Docker daemon is reachable here ({(r.stderr or r.stdout).strip()[:120]})"
+        return (
+            f"no Docker daemon is reachable here ({(r.stderr or r.stdout).strip()[:120]}); "
+            "as root: dockerd --bridge=none --iptables=false &"
+        )
+    if not image_present(image_tag(), cli):
+        return f"the task image {image_tag()} is not on the daemon; build it with `{BUILD_COMMAND}` (root)"
     return None
 
 
@@ -44,6 +54,7 @@ def spec_for(backend: str, server_url: str | None = None, **fields: object) -> S
         reason = docker_skip_reason()
         if reason:
             pytest.skip(reason)
+        fields = {"image": image_tag(), **fields}  # the task image built here, never a registry's
     if backend == "remote":
         assert server_url is not None
         return SandboxSpec(backend="remote", remote_url=server_url, remote_token=TOKEN, **fields)  # type: ignore[arg-type]

@@ -1,5 +1,8 @@
-"""Hostile programs against the bwrap backend (directly and through the remote server): each must be
-contained with a clear result, and the host must be unaffected."""
+"""Hostile programs against the bwrap backend (directly and through the remote server) and the docker
+backend (on the task image ``coderl sandbox image build`` makes): each must be contained with a clear
+result, and the host must be unaffected. Where a container contains a program differently (its own
+root user without capabilities, its own image's /etc and /root, an init), the docker case checks that
+instead, and says so."""
 
 from __future__ import annotations
 
@@ -17,11 +20,12 @@ import pytest
 
 from coderl.errors import SandboxError
 from coderl.sandbox import Sandbox, create_sandbox
+from coderl.sandbox.docker import docker_cli
 from coderl.sandbox.hostsetup import state_dir
 from tests.sandbox_backends import sandbox_server, spec_for  # noqa: F401  (fixture)
 
 
-@pytest.fixture(params=["bwrap", "remote"])
+@pytest.fixture(params=["bwrap", "remote", "docker"])
 def make_spec(request: pytest.FixtureRequest) -> Any:
     url = request.getfixturevalue("sandbox_server") if request.param == "remote" else None
     return lambda **fields: spec_for(str(request.param), url, **fields)
@@ -109,7 +113,18 @@ async def test_no_dns(sb: Sandbox) -> None:
     assert r.exit_code != 0 and "gaierror" in r.stderr
 
 
-async def test_cannot_read_host_home_or_secrets(sb: Sandbox) -> None:
+async def test_cannot_read_host_home_or_secrets(sb: Sandbox, tmp_path: Path) -> None:
+    if sb.spec.backend == "docker":
+        # the container's /root and /etc/shadow are the image's own (root inside, no capabilities):
+        # what must stay out of reach is the host's files
+        secret = tmp_path / "host-secret.txt"
+        secret.write_text("hunter2-host-file")
+        home = Path.home()
+        r = await sb.exec(f"cat {secret}; test -e {secret} && echo visible; ls -a {home}; cat /etc/shadow")
+        assert "hunter2-host-file" not in r.stdout and "visible" not in r.stdout
+        host_entries = {p.name for p in home.iterdir()} - {".bashrc", ".profile", ".", ".."}
+        assert not host_entries & set(r.stdout.split()), "the host's home folder is visible"
+        return
     r = await sb.exec("ls -a /root 2>&1; cat /etc/shadow 2>&1; ls /home 2>&1; cat ~root/.bash_history 2>&1")
     assert "Permission denied" in r.stdout or "No such file" in r.stdout
     assert ".bashrc" not in r.stdout
@@ -132,9 +147,10 @@ async def test_cannot_write_outside_the_workspace(sb: Sandbox) -> None:
         f"for d in / /usr /etc /root /var /opt {state_dir()}; do touch $d/{marker} 2>&1; done; echo x > /proc/sys/kernel/hostname 2>&1"
     )
     # /usr and /etc are read-only binds; / is the sandbox's own throw-away tmpfs; the rest is absent
+    # (docker: the whole root file system is read-only, /proc/sys too)
+    refused = "Read-only file system" if sb.spec.backend == "docker" else "Permission denied"
     assert (
-        r.stdout.count("Read-only file system") >= 2
-        and "/proc/sys/kernel/hostname: Permission denied" in r.stderr
+        r.stdout.count("Read-only file system") >= 2 and f"/proc/sys/kernel/hostname: {refused}" in r.stderr
     )
     for d in ("/", "/usr", "/etc", "/root", "/var", "/opt", str(state_dir())):
         assert not (Path(d) / marker).exists()
@@ -234,9 +250,11 @@ async def test_host_environment_is_not_visible(make_spec: Any, monkeypatch: pyte
 async def test_proc_shows_only_the_sandbox(sb: Sandbox) -> None:
     r = await sb.exec("ls /proc | grep -E '^[0-9]+$' | wc -l; cat /proc/1/cmdline | tr '\\0' ' '")
     count, cmdline = r.stdout.splitlines()[0], r.stdout.splitlines()[1]
-    assert int(count) <= 6
+    docker = sb.spec.backend == "docker"
+    # docker: the init, its `sleep infinity`, the exec's wrapper and `timeout` come on top
+    assert int(count) <= (10 if docker else 6)
     assert str(os.getpid()) not in r.stdout.split()
-    assert "bwrap" in cmdline
+    assert ("sleep infinity" if docker else "bwrap") in cmdline
 
 
 async def test_symlink_escape_on_read_file(sb: Sandbox) -> None:
@@ -293,7 +311,17 @@ async def test_no_privilege_escalation(sb: Sandbox) -> None:
         "id -u; unshare -U true 2>&1; echo unshare=$?; mount -t tmpfs none /tmp 2>&1; echo mount=$?; su -c id 2>&1 | head -1"
     )
     lines = r.stdout.splitlines()
-    assert lines[0] != "0"
+    if sb.spec.backend == "docker":
+        # root inside the container (no user namespace), holding no capability at all
+        caps = await sb.exec("grep -E '^(CapPrm|CapEff|CapBnd|NoNewPrivs)' /proc/self/status | tr -d '\\t'")
+        assert caps.stdout.split() == [
+            "CapPrm:" + "0" * 16,
+            "CapEff:" + "0" * 16,
+            "CapBnd:" + "0" * 16,
+            "NoNewPrivs:1",
+        ]
+    else:
+        assert lines[0] != "0"
     assert "unshare=0" not in r.stdout and "mount=0" not in r.stdout
 
 
@@ -308,6 +336,11 @@ async def test_hostile_chmod_does_not_block_cleanup(make_spec: Any) -> None:
     sid = box.id
     await box.close()
     assert not (state_dir() / "ws" / sid).exists()
+    if box.spec.backend == "docker":  # the container went with its workspace
+        listed = subprocess.run(
+            [docker_cli(), "ps", "-aq", "--filter", f"name=coderl-{sid}"], capture_output=True
+        )
+        assert listed.returncode == 0 and listed.stdout.strip() == b""
 
 
 def test_site_folders_a_pth_file_added_are_bound_too(tmp_path: Path) -> None:

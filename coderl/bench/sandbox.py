@@ -1,5 +1,6 @@
 """``coderl bench sandbox``: create -> exec ``true`` -> close latency and throughput per backend,
-and grading time per bundled task (gold patch)."""
+and grading time per bundled task (gold patch). Docker is measured where a daemon answers, on
+``sandbox.image`` where given, else on coderl's task image (``coderl sandbox image build``)."""
 
 from __future__ import annotations
 
@@ -55,8 +56,6 @@ async def _backend(spec: SandboxSpec, n: int, per_worker: int) -> dict[str, Any]
 async def bench_sandbox(
     base: SandboxSpec, quick: bool = False, console: Console | None = None
 ) -> dict[str, Any]:
-    from coderl.sandbox.docker import docker_available
-
     console = console or Console(stderr=True)
     n, per_worker = (20, 2) if quick else (200, 5)
     backends: dict[str, Any] = {}
@@ -70,19 +69,35 @@ async def bench_sandbox(
         progress.update(bar, description="remote (bwrap behind a loopback server)")
         backends["remote"] = await _remote(base, n // 2, per_worker)
         progress.advance(bar)
-        reason = await docker_available()
-        if reason:
+        docker, reason = await _docker_spec(base)
+        if docker is None:
             skipped["docker"] = reason
         else:
-            progress.update(bar, description="docker: create/exec/close")
-            backends["docker"] = await _backend(
-                base.model_copy(update={"backend": "docker"}), max(5, n // 20), 1
-            )
+            progress.update(bar, description=f"docker ({docker.image}): create/exec/close")
+            backends["docker"] = {**await _backend(docker, max(5, n // 20), 1), "image": docker.image}
         progress.advance(bar)
         progress.update(bar, description="grading bundled tasks (gold patches)")
         grading = await _grading(base, quick)
         progress.advance(bar)
     return {"backends": backends, "skipped": skipped, "grading": grading, "machine": machine_info()}
+
+
+async def _docker_spec(base: SandboxSpec) -> tuple[SandboxSpec | None, str]:
+    """The spec docker is measured with (``sandbox.image`` where given, else coderl's task image), or
+    None and why docker cannot be measured here."""
+    from coderl.sandbox.docker import docker_available
+    from coderl.sandbox.image import BUILD_COMMAND, image_present, image_tag
+
+    reason = await docker_available()
+    if reason:
+        return None, reason
+    image = base.image or image_tag()
+    if not await asyncio.to_thread(image_present, image):
+        return (
+            None,
+            f"image {image} is not on the Docker daemon; build coderl's task image with `{BUILD_COMMAND}`",
+        )
+    return base.model_copy(update={"backend": "docker", "image": image}), ""
 
 
 async def _remote(base: SandboxSpec, n: int, per_worker: int) -> dict[str, Any]:
@@ -142,6 +157,10 @@ def to_markdown(r: dict[str, Any]) -> str:
             + " |"
         )
     skipped = "".join(f"\n- {k}: skipped — {v}" for k, v in r["skipped"].items())
+    if "docker" in r["backends"]:
+        skipped += (
+            f"\n- docker: image `{r['backends']['docker'].get('image', '?')}`, one container per sandbox"
+        )
     g = r["grading"]
     return f"""## Sandboxes (`coderl bench sandbox`)
 

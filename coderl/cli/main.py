@@ -232,6 +232,20 @@ def build_parser() -> argparse.ArgumentParser:
     p = sandbox.add_parser("serve", help="serve sandboxes over HTTP for the remote backend (bearer tokens)")
     _config_args(p)
     p.set_defaults(func=_lazy("coderl.cli.sandbox_cmd", "run_sandbox_serve"))
+    image = sandbox.add_parser("image", help="the docker backend's task image").add_subparsers(
+        dest="image_cmd", metavar="CMD"
+    )
+    p = image.add_parser(
+        "build",
+        help="build the task image locally (Debian + Python 3 + pytest + git), tagged by its recipe's digest",
+        description="debootstrap a Debian root file system (cached under the coderl cache folder) and "
+        "docker import it as coderl-task:<digest>; nothing is done when the daemon already holds that tag. "
+        "Prints the tag; use it as sandbox.image=TAG with sandbox.backend=docker. Needs root and a Docker daemon.",
+    )
+    p.add_argument("--tag", help="also tag the image TAG (the digest tag is always set)")
+    p.add_argument("--rebuild", action="store_true", help="debootstrap again even where a tarball is cached")
+    p.add_argument("--mirror", help="Debian mirror (default http://deb.debian.org/debian)")
+    p.set_defaults(func=_lazy("coderl.cli.sandbox_cmd", "run_sandbox_image_build"))
 
     bench = sub.add_parser("bench", help="benchmarks behind BENCHMARKS.md").add_subparsers(
         dest="bench_cmd", metavar="WHAT"

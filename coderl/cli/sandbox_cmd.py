@@ -1,4 +1,5 @@
-"""``coderl sandbox serve``: the remote sandbox server (see coderl.sandbox.server)."""
+"""``coderl sandbox serve`` (the remote sandbox server, coderl.sandbox.server) and
+``coderl sandbox image build`` (the docker backend's task image, coderl.sandbox.image)."""
 
 from __future__ import annotations
 
@@ -31,4 +32,23 @@ def run_sandbox_serve(ns: argparse.Namespace) -> int:
     )
     app = create_sandbox_app(tokens, spec)
     uvicorn.run(app, host=cfg.server.host, port=cfg.server.port, log_level=cfg.run.log_level)
+    return 0
+
+
+def run_sandbox_image_build(ns: argparse.Namespace) -> int:
+    from coderl.sandbox.image import MIRROR, build_image
+
+    result = build_image(
+        ns.tag,
+        mirror=ns.mirror or MIRROR,
+        rebuild=ns.rebuild,
+        say=lambda line: print(f"coderl: {line}", file=sys.stderr),
+    )
+    what = {
+        "present": "already present",
+        "imported": "imported from the cached root file system",
+        "built": "built",
+    }
+    print(f"coderl: {result.tag}: {what[result.step]} (root file system: {result.tarball})", file=sys.stderr)
+    print(result.tag)
     return 0

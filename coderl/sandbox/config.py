@@ -64,8 +64,9 @@ class SandboxSpec(Section):
                 raise ValueError(f"sandbox.host_paths: {path!r} is not an absolute path without '..'")
         return paths
 
-    image: str = "python:3.11-slim"
-    """Container image (docker backend)."""
+    image: str | None = None
+    """Container image (docker backend); None: coderl's task image, made on this machine by `coderl sandbox
+    image build` (Debian with Python 3, pytest, git and patch; no registry needed)."""
     remote_url: str | None = None
     """Base URL of a `coderl sandbox serve` host (remote backend)."""
     remote_token: str | None = None

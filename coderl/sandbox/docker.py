@@ -1,40 +1,127 @@
 """The ``docker`` backend: one container per sandbox, through the Docker (or Podman) CLI.
 
-The container runs ``sleep infinity`` from ``spec.image`` with ``--network none`` (unless
-``network``), memory / pids / CPU limits, all capabilities dropped and no-new-privileges; commands run
-with ``docker exec`` under ``timeout -s KILL``; files move with ``docker cp`` or through ``cat``
-inside the container, so paths are resolved by the container, never on the host.
+The container runs ``sleep infinity`` from ``spec.image`` under an init that reaps orphans
+(``--init``), with ``--network none`` (unless ``network``), a read-only root file system, the
+workspace a tmpfs of ``disk_mb`` at ``workdir`` and ``/tmp`` a tmpfs of 256 MiB (so untrusted code
+cannot fill the host's disk), memory and pids limits, all capabilities dropped and
+no-new-privileges. One operation runs at a time per sandbox. Each exec runs ``bash -c`` (or an
+argument list) under the spec's rlimits (``ulimit``: CPU, address space, file size, open files) and
+``timeout -s KILL``; when it ends, every process it left behind is killed, so nothing outlives the
+exec. Files move as tar streams through ``docker exec``; paths are resolved inside the container and
+must stay in the workspace; links are never written through, and links out of the folder are never
+copied out (``download`` reports them). ``sandbox.mounts`` (workspace sub-folders at other paths) is
+refused: a read-only root has nowhere to put them.
+
+The image needs bash, coreutils (``timeout``, ``realpath``) and tar: ``coderl sandbox image build``
+makes one with Python 3, pytest, git and patch (see :mod:`coderl.sandbox.image`).
 """
 
 from __future__ import annotations
 
+import asyncio
+import io
 import os
 import shutil
+import subprocess
+import tarfile
 import tempfile
 import uuid
 from pathlib import Path
 
 from coderl.errors import SandboxError
 from coderl.sandbox.base import ExecResult, Sandbox, SandboxSpec, relative_path
-from coderl.sandbox.runner import run_limited
+from coderl.sandbox.hostfs import extract_archive
+from coderl.sandbox.image import image_tag
+from coderl.sandbox.runner import EXEC_POOL, run_limited
+
+TMP_MB = 256
+ARCHIVES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".zip")
+"""A workspace source with one of these endings is extracted, as the host-workspace backends do."""
+READ_LIMIT = 64 << 20
+"""Largest file ``read_file`` returns (as the host-workspace backends)."""
+
+# $1: PIDs to spare (the init and its `sleep`), $2: seconds, $3-$6: rlimits; then the command.
+# bash's ulimit sets soft and hard limits both; -v and -f count KiB.
+_EXEC = r"""keep=" $1 "; secs=$2
+ulimit -t "$3" -v "$4" -f "$5" -n "$6" -c 0 || exit 126
+shift 6
+timeout -s KILL "$secs" "$@"; rc=$?
+for _ in 1 2 3; do
+  left=
+  for d in /proc/[0-9]*; do
+    p=${d#/proc/}
+    case "$keep" in *" $p "*) continue ;; esac
+    [ "$p" = "$$" ] || { kill -9 "$p" 2>/dev/null && left=1; }
+  done
+  [ -n "$left" ] || break
+done
+exit "$rc"
+"""
+
+# $1: workdir, $2: path. Exit 3: refused (the reason on stderr).
+_INSIDE = r"""inside() { case "$1/" in "$w"/*) return 0 ;; esac; echo "resolves outside the workspace $w (through a symlink); refused" >&2; exit 3; }
+w=$1; p=$2
+"""
+_READ = (
+    _INSIDE
+    + r"""[ -L "$p" ] && { echo "is a symbolic link; refused" >&2; exit 3; }
+r=$(realpath -e -- "$p" 2>/dev/null) || { echo "no such file in the sandbox workspace" >&2; exit 3; }
+inside "$r"
+[ -f "$r" ] || { echo "is not a regular file" >&2; exit 3; }
+[ "$(stat -c %s -- "$r")" -le "$3" ] || { echo "is over the $3-byte read limit" >&2; exit 3; }
+exec cat -- "$r"
+"""
+)
+_WRITE = (
+    _INSIDE
+    + r"""d=$(realpath -m -- "$(dirname -- "$p")") && inside "$d"
+mkdir -p -- "$d" || exit 3
+f=$d/$(basename -- "$p")
+if [ -L "$f" ] || { [ -e "$f" ] && [ ! -f "$f" ]; }; then
+  echo "exists and is not a regular file; refusing to write through it" >&2; exit 3
+fi
+exec cat > "$f"
+"""
+)
+_UNTAR = (
+    _INSIDE
+    + r"""d=$(realpath -m -- "$p") && inside "$d"
+mkdir -p -- "$d" || exit 3
+exec tar -x --no-same-owner -C "$d" -f -
+"""
+)
+_TAR = (
+    _INSIDE
+    + r"""r=$(realpath -e -- "$p" 2>/dev/null) || { echo "no such file in the sandbox workspace" >&2; exit 3; }
+inside "$r"
+if [ -d "$r" ]; then exec tar -c -C "$r" .; fi
+exec tar -c -C "$(dirname -- "$r")" -- "$(basename -- "$r")"
+"""
+)
+_PIDS = r"""for d in /proc/[0-9]*; do p=${d#/proc/}; [ "$p" = "$$" ] || printf '%s ' "$p"; done"""
 
 
 def docker_cli() -> str:
     for name in (os.environ.get("CODERL_DOCKER", ""), "docker", "podman"):
         if name and shutil.which(name):
             return name
-    raise SandboxError("no docker or podman CLI found; install one or use sandbox.backend=bwrap")
+    raise SandboxError(
+        "no docker or podman CLI found; install one (as root: apt-get install docker.io) or use sandbox.backend=bwrap"
+    )
 
 
 async def docker_available() -> str | None:
-    """None when a daemon answers; otherwise the reason it cannot be used."""
+    """None when a daemon answers; otherwise the reason it cannot be used, and how to start one."""
     try:
         cli = docker_cli()
     except SandboxError as exc:
         return str(exc)
     r = await run_limited([cli, "info", "--format", "{{.ServerVersion}}"], timeout=10, max_output_bytes=4096)
     if r.exit_code != 0 or r.timed_out:
-        return f"no Docker daemon is reachable ({cli} info: {(r.stderr or r.stdout).strip()[:200]})"
+        return (
+            f"no Docker daemon is reachable ({cli} info: {(r.stderr or r.stdout).strip()[:200]}); start one, "
+            "e.g. as root: dockerd --bridge=none --iptables=false &"
+        )
     return None
 
 
@@ -44,41 +131,45 @@ class DockerSandbox(Sandbox):
         self.id = uuid.uuid4().hex[:12]
         self.name = f"coderl-{self.id}"
         self._cli = ""
+        self._workdir = spec.workdir.rstrip("/") or "/"
+        self._keep = ""
+        self._lock = asyncio.Lock()
         self._started = False
         self._closed = False
-
-    async def _run(self, *args: str, timeout: float = 60, stdin: bytes | None = None) -> ExecResult:
-        return await run_limited(
-            [self._cli, *args], timeout=timeout, max_output_bytes=self.spec.max_output_bytes, stdin=stdin
-        )
-
-    async def _check(self, *args: str, timeout: float = 60, stdin: bytes | None = None) -> ExecResult:
-        r = await self._run(*args, timeout=timeout, stdin=stdin)
-        if r.exit_code != 0 or r.timed_out:
-            raise SandboxError(f"{self._cli} {args[0]} failed: {(r.stderr or r.stdout).strip()[:500]}")
-        return r
+        self.image = spec.image or image_tag()
+        """The container image: ``sandbox.image``, else coderl's task image (``coderl sandbox image build``)."""
 
     async def start(self, warm: bool = False) -> None:
-        reason = await docker_available()
-        if reason:
-            raise SandboxError(reason)
-        self._cli = docker_cli()
         s = self.spec
+        if s.mounts:
+            raise SandboxError(
+                f"sandbox.mounts={s.mounts} is not supported by the docker backend (its root file system is "
+                "read-only); use sandbox.backend=bwrap for tasks that need it (Harbor tasks)"
+            )
+        if s.workspace is not None and not Path(s.workspace).exists():
+            raise SandboxError(f"sandbox workspace source {str(s.workspace)!r} does not exist")
+        for path in s.host_paths:
+            if not Path(path).exists():
+                raise SandboxError(f"sandbox.host_paths: {path} does not exist on this host")
+        self._cli = docker_cli()
+        memory = s.memory_mb + s.disk_mb + TMP_MB  # the tmpfs mounts are charged to the container
         args = [
-            "run", "-d", "--name", self.name, "--memory", f"{s.memory_mb}m", "--memory-swap", f"{s.memory_mb}m",
-            "--pids-limit", str(s.max_processes), "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
-            "--ulimit", f"fsize={s.max_file_mb << 20}", "--ulimit", f"nofile={s.max_open_files}",
-            "--tmpfs", "/tmp:rw,size=256m", "--workdir", s.workdir,
+            "run", "-d", "--name", self.name, "--init", "--read-only",
+            "--tmpfs", f"/tmp:rw,exec,size={TMP_MB}m", "--tmpfs", f"{self._workdir}:rw,exec,size={s.disk_mb}m",
+            "--memory", f"{memory}m", "--memory-swap", f"{memory}m", "--pids-limit", str(s.max_processes),
+            "--cap-drop", "ALL", "--security-opt", "no-new-privileges", "--workdir", self._workdir,
         ]  # fmt: skip
         if not s.network:
             args += ["--network", "none"]
         for path in s.host_paths:
-            if not Path(path).exists():
-                raise SandboxError(f"sandbox.host_paths: {path} does not exist on this host")
             args += ["--volume", f"{path}:{path}:ro"]
-        await self._check(*args, s.image, "sleep", "infinity", timeout=300)
+        r = await self._run(*args, self.image, "sleep", "infinity", timeout=300)
+        if r.exit_code != 0 or r.timed_out:
+            await self._run("rm", "-f", self.name, timeout=60)
+            raise SandboxError(await self._start_failure(r))
         self._started = True
-        await self._check("exec", self.name, "mkdir", "-p", s.workdir)
+        pids = await self._check("exec", self.name, "sh", "-c", _PIDS)
+        self._keep = pids.stdout.strip()
         if s.workspace is not None:
             await self.upload(s.workspace, ".")
 
@@ -90,55 +181,77 @@ class DockerSandbox(Sandbox):
         cwd: str | None = None,
     ) -> ExecResult:
         self._require()
-        rel = relative_path(self.spec, cwd or self.spec.workdir)
-        workdir = self.spec.workdir.rstrip("/") + ("/" + rel if rel else "")
+        workdir = self._inside(cwd or self.spec.workdir)
         limit = timeout or self.spec.timeout_s
-        env_args = [a for k, v in {**self.spec.env, **(env or {})}.items() for a in ("-e", f"{k}={v}")]
+        s = self.spec
+        env_args = [a for k, v in {**s.env, **(env or {})}.items() for a in ("-e", f"{k}={v}")]
         command = ["bash", "-c", cmd] if isinstance(cmd, str) else list(cmd)
-        inner = ["timeout", "-s", "KILL", str(max(1, int(limit + 0.999))), *command]
-        r = await self._run("exec", "-w", workdir, *env_args, self.name, *inner, timeout=limit + 10)
+        seconds = str(max(1, int(limit + 0.999)))
+        rlimits = [
+            str(s.cpu_seconds),
+            str(s.memory_mb << 10),
+            str(s.max_file_mb << 10),
+            str(s.max_open_files),
+        ]
+        wrapped = ["bash", "-c", _EXEC, "coderl-exec", self._keep, seconds, *rlimits, *command]
+        async with self._lock:
+            self._require()
+            r = await self._run("exec", "-w", workdir, *env_args, self.name, *wrapped, timeout=limit + 10)
         if r.exit_code == 137 and r.duration_s >= limit:
             r.timed_out = True
+        elif (
+            r.exit_code == 1
+            and r.stderr.startswith("Error response from daemon")
+            and not await self._running()
+        ):
+            raise SandboxError(f"docker sandbox {self.id} is gone: {r.stderr.strip()[:300]}")
         return r
 
     async def read_file(self, path: str) -> bytes:
         self._require()
         target = self._inside(path)
-        with tempfile.TemporaryDirectory() as tmp:
-            await self._check("cp", f"{self.name}:{target}", tmp)
-            files = list(Path(tmp).iterdir())
-            if len(files) != 1 or not files[0].is_file():
-                raise SandboxError(f"{path!r} is not a regular file in the sandbox")
-            return files[0].read_bytes()
+        code, out, err = await self._pipe(
+            self.name, "sh", "-c", _READ, "read", self._workdir, target, str(READ_LIMIT)
+        )
+        if code != 0:
+            raise SandboxError(f"read_file {path!r}: {err.strip()[:300] or f'exit {code}'}")
+        return out
 
     async def write_file(self, path: str, data: bytes | str) -> None:
         self._require()
+        if not relative_path(self.spec, path):
+            raise SandboxError("write_file needs a file path, not the workspace root")
         raw = data.encode() if isinstance(data, str) else data
-        target = self._inside(path)
-        await self._check(
-            "exec",
-            "-i",
-            self.name,
-            "sh",
-            "-c",
-            'mkdir -p "$(dirname "$1")" && cat > "$1"',
-            "sh",
-            target,
-            stdin=raw,
+        code, _, err = await self._pipe(
+            "-i", self.name, "sh", "-c", _WRITE, "write", self._workdir, self._inside(path), stdin=raw
         )
+        if code != 0:
+            raise SandboxError(f"write_file {path!r}: {err.strip()[:300] or f'exit {code}'}")
 
     async def upload(self, local_dir: str | Path, path: str = ".") -> None:
         self._require()
         source = Path(local_dir)
         target = self._inside(path)
-        await self._check("exec", self.name, "mkdir", "-p", target)
-        await self._check("cp", f"{source}/." if source.is_dir() else str(source), f"{self.name}:{target}")
+        if not source.exists():
+            raise SandboxError(f"upload source {str(source)!r} does not exist")
+        data = await asyncio.get_running_loop().run_in_executor(EXEC_POOL, _tar_of, source)
+        code, _, err = await self._pipe(
+            "-i", self.name, "sh", "-c", _UNTAR, "upload", self._workdir, target, stdin=data, timeout=600
+        )
+        if code != 0:
+            raise SandboxError(f"upload to {path!r}: {err.strip()[:300] or f'exit {code}'}")
 
     async def download(self, path: str, local_dir: str | Path) -> list[str]:
         self._require()
-        Path(local_dir).mkdir(parents=True, exist_ok=True)
-        await self._check("cp", f"{self.name}:{self._inside(path)}/.", str(local_dir))
-        return []
+        rel = relative_path(self.spec, path)
+        code, out, err = await self._pipe(
+            self.name, "sh", "-c", _TAR, "download", self._workdir, self._inside(path), timeout=600
+        )
+        if code != 0:
+            raise SandboxError(f"download {path!r}: {err.strip()[:300] or f'exit {code}'}")
+        return await asyncio.get_running_loop().run_in_executor(
+            EXEC_POOL, _untar_safely, out, Path(local_dir), rel
+        )
 
     async def close(self) -> None:
         if self._closed:
@@ -147,10 +260,97 @@ class DockerSandbox(Sandbox):
         if self._started:
             await self._run("rm", "-f", self.name, timeout=60)
 
+    # -- helpers -------------------------------------------------------------------------------
+
+    async def _run(self, *args: str, timeout: float = 60) -> ExecResult:
+        return await run_limited(
+            [self._cli, *args], timeout=timeout, max_output_bytes=self.spec.max_output_bytes
+        )
+
+    async def _check(self, *args: str, timeout: float = 60) -> ExecResult:
+        r = await self._run(*args, timeout=timeout)
+        if r.exit_code != 0 or r.timed_out:
+            raise SandboxError(f"{self._cli} {args[0]} failed: {(r.stderr or r.stdout).strip()[:500]}")
+        return r
+
+    async def _pipe(
+        self, *args: str, stdin: bytes | None = None, timeout: float = 120
+    ) -> tuple[int, bytes, str]:
+        """``docker exec ARGS`` with bytes in and out (file moves), under the sandbox's lock."""
+        argv = [self._cli, "exec", *args]
+        async with self._lock:
+            self._require()
+            return await asyncio.get_running_loop().run_in_executor(
+                EXEC_POOL, _pipe_sync, argv, stdin, timeout
+            )
+
+    async def _running(self) -> bool:
+        r = await self._run("inspect", "--format", "{{.State.Running}}", self.name, timeout=30)
+        return r.exit_code == 0 and r.stdout.strip() == "true"
+
+    async def _start_failure(self, r: ExecResult) -> str:
+        """Why ``docker run`` failed, with what to do about it."""
+        from coderl.sandbox.image import BUILD_COMMAND, image_present
+
+        reason = await docker_available()
+        if reason:
+            return reason
+        said = (r.stderr or r.stdout).strip()[:400]
+        image = self.image
+        if not await asyncio.get_running_loop().run_in_executor(EXEC_POOL, image_present, image, self._cli):
+            return (
+                f"sandbox.image={image!r} is not on the Docker daemon and could not be pulled ({said}); "
+                f"build coderl's task image with `{BUILD_COMMAND}` and use sandbox.image={image_tag()}"
+            )
+        return f"{self._cli} run {image} failed: {said}"
+
     def _inside(self, path: str) -> str:
         rel = relative_path(self.spec, path)
-        return self.spec.workdir.rstrip("/") + ("/" + rel if rel else "")
+        return self._workdir.rstrip("/") + ("/" + rel if rel else "")
 
     def _require(self) -> None:
         if self._closed or not self._started:
             raise SandboxError(f"docker sandbox {self.id} is {'closed' if self._closed else 'not started'}")
+
+
+def _pipe_sync(argv: list[str], stdin: bytes | None, timeout: float) -> tuple[int, bytes, str]:
+    try:
+        r = subprocess.run(
+            argv, input=stdin if stdin is not None else b"", capture_output=True, timeout=timeout
+        )
+    except subprocess.TimeoutExpired:
+        raise SandboxError(f"{' '.join(argv[:3])} did not finish in {timeout:.0f} s") from None
+    return r.returncode, r.stdout, r.stderr.decode("utf-8", "replace")
+
+
+def _tar_of(source: Path) -> bytes:
+    """A tar of a folder's contents, or of one file, or of an archive's contents; links stay links."""
+    if source.is_file() and source.name.lower().endswith(ARCHIVES):
+        with tempfile.TemporaryDirectory() as tmp:
+            extract_archive(source, Path(tmp))
+            return _tar_of(Path(tmp))
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tf:
+        if source.is_dir():
+            for entry in sorted(source.iterdir()):
+                tf.add(entry, arcname=entry.name)
+        else:
+            tf.add(source, arcname=source.name)
+    return buf.getvalue()
+
+
+def _untar_safely(data: bytes, dest: Path, rel: str) -> list[str]:
+    """Extract a tar that came out of the container: members that would land outside ``dest``, links
+    that point out of it and device files are skipped and returned (workspace-relative names)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    skipped: list[str] = []
+    with tarfile.open(fileobj=io.BytesIO(data)) as tf:
+        for member in tf:
+            try:
+                tf.extract(member, dest, filter="data")
+            except OSError as exc:
+                raise SandboxError(f"download: cannot write {member.name!r} into {dest}: {exc}") from exc
+            except tarfile.FilterError:
+                name = os.path.normpath(member.name)
+                skipped.append(os.path.normpath(os.path.join(rel, name)) if rel else name)
+    return skipped

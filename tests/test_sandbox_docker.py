@@ -1,0 +1,90 @@
+"""The docker backend's pieces that need no daemon: the task image's recipe and tag, the finishing of
+its root file system, the errors that say how to get a daemon, and the safe extraction of what comes
+out of a container. (Against a real daemon: test_sandbox_contract, test_sandbox_containment and
+test_eval_docker.)"""
+
+from __future__ import annotations
+
+import io
+import tarfile
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from coderl.cli.main import build_parser
+from coderl.errors import SandboxError
+from coderl.sandbox.docker import _untar_safely
+from coderl.sandbox.image import DEFAULT_RECIPE, REPOSITORY, _finish, build_image, image_tag
+
+
+def test_the_tag_is_the_digest_of_the_recipe() -> None:
+    tag = image_tag()
+    assert tag == image_tag() and tag.startswith(f"{REPOSITORY}:") and len(tag.split(":")[1]) == 16
+    assert image_tag(replace(DEFAULT_RECIPE, packages=(*DEFAULT_RECIPE.packages, "curl"))) != tag
+    assert image_tag(replace(DEFAULT_RECIPE, format=DEFAULT_RECIPE.format + 1)) != tag
+    assert {"python3", "python3-pytest", "git", "patch"} <= set(DEFAULT_RECIPE.packages)
+
+
+def test_finishing_links_python_and_empties_the_download_caches(tmp_path: Path) -> None:
+    for tool in ("bin/bash", "usr/bin/timeout", "usr/bin/git", "usr/bin/patch", "usr/bin/python3"):
+        (tmp_path / tool).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / tool).write_text("")
+    (tmp_path / "var/cache/apt/archives/partial").mkdir(parents=True)
+    (tmp_path / "var/cache/apt/archives/x.deb").write_text("deb")
+    (tmp_path / "var/lib/apt/lists").mkdir(parents=True)
+    _finish(tmp_path, DEFAULT_RECIPE)
+    assert (tmp_path / "usr/bin/python").is_symlink()
+    assert str((tmp_path / "usr/bin/python").readlink()) == "python3"
+    assert list((tmp_path / "var/cache/apt/archives").iterdir()) == []
+    (tmp_path / "usr/bin/git").unlink()
+    with pytest.raises(SandboxError, match="usr/bin/git"):
+        _finish(tmp_path, DEFAULT_RECIPE)
+
+
+def test_no_daemon_is_an_error_that_says_how_to_start_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = tmp_path / "docker"
+    fake.write_text("#!/bin/sh\necho 'Cannot connect to the Docker daemon' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("CODERL_DOCKER", str(fake))
+    with pytest.raises(SandboxError, match=r"no Docker daemon answers .*dockerd --bridge=none"):
+        build_image()
+
+
+def test_the_build_command_parses() -> None:
+    ns = build_parser().parse_args(["sandbox", "image", "build", "--tag", "mine:1"])
+    assert ns.tag == "mine:1" and not ns.rebuild and ns.func
+
+
+def _tar(*members: tuple[str, str, str]) -> bytes:
+    """(name, kind, payload): kind file (payload = content), symlink (payload = target), fifo."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tf:
+        for name, kind, payload in members:
+            info = tarfile.TarInfo(name)
+            if kind == "file":
+                info.size = len(payload)
+                tf.addfile(info, io.BytesIO(payload.encode()))
+                continue
+            info.type = tarfile.SYMTYPE if kind == "symlink" else tarfile.FIFOTYPE
+            info.linkname = payload
+            tf.addfile(info)
+    return buf.getvalue()
+
+
+def test_what_comes_out_of_a_container_stays_in_the_destination(tmp_path: Path) -> None:
+    data = _tar(
+        ("./ok.txt", "file", "ok"),
+        ("./inside", "symlink", "ok.txt"),
+        ("./etc", "symlink", "/etc"),
+        ("./up", "symlink", "../../x"),
+        ("../escape.txt", "file", "x"),
+        ("./pipe", "fifo", ""),
+    )
+    dest = tmp_path / "dl"
+    skipped = _untar_safely(data, dest, "out")
+    assert sorted(skipped) == ["escape.txt", "out/etc", "out/pipe", "out/up"]
+    assert sorted(p.name for p in dest.iterdir()) == ["inside", "ok.txt"]
+    assert (dest / "inside").read_text() == "ok" and not (tmp_path / "escape.txt").exists()
