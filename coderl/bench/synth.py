@@ -93,7 +93,9 @@ def to_markdown(r: dict[str, Any]) -> str:
             lines.append(f"| `{row['library']}` | refused: {row['refused']} | | | | | {row['minutes']:.1f} |")
             continue
         dropped = ", ".join(f"{k} {v}" for k, v in row["dropped"].items() if v) or "none"
-        files = f"{row['test_files']}" + (f" ({len(row['test_files_dropped'])} left out)" if row["test_files_dropped"] else "")
+        files = f"{row['test_files']}" + (
+            f" (+{len(row['test_files_dropped'])} left out: a test dependency missing)" if row["test_files_dropped"] else ""
+        )
         tests = f"{row['baseline_passing_tests']}" + (f" ({len(row['flaky_tests'])} flaky)" if row["flaky_tests"] else "")
         layout = "src/" if row["src_layout"] else "flat"
         valid = f"{row['kept']} of {row['kept'] + len(row['validation_failures'])}"
