@@ -196,3 +196,10 @@ def test_a_pypi_source_is_synthesised_once_and_then_read_from_the_cache(
     monkeypatch.setattr("coderl.tasks.synth.source.subprocess.run", None)  # a second pip call would fail
     again = load_tasks("pypi:toolz==0.12.1?n=1")
     assert [t.id for t in again] == [t.id for t in tasks]
+
+
+@pytest.mark.slow
+def test_a_version_the_index_does_not_have_is_named_with_the_versions_it_has(tmp_path: Path) -> None:
+    with pytest.raises(TaskError, match=r"pypi:toolz==99\.0\.0: the package index has no distribution") as caught:
+        fetch_pypi("pypi:toolz==99.0.0", tmp_path)
+    assert "0.12.1" in str(caught.value)  # pip's list of the versions there are

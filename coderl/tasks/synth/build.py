@@ -216,7 +216,9 @@ async def _baseline(pristine: Path, spec: SandboxSpec, timeout_s: float) -> Base
     async with SuiteRunner(pristine, spec, env, timeout_s, clear) as suite:
         second = await suite.run(trace=True)
     flaky = sorted(t for t in first.cases.keys() | second.cases.keys() if first.outcome(t) != second.outcome(t))
-    passing = (first.passed & second.passed) - set(flaky)
+    # a doctest's "file" is the library module the agent must edit: never FAIL_TO_PASS / PASS_TO_PASS
+    tests = set(test_files(pristine))
+    passing = {t for t in (first.passed & second.passed) - set(flaky) if t.split("::", 1)[0] in tests}
     return Baseline(first, env, clear, passing, flaky, second.trace)
 
 

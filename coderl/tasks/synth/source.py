@@ -48,6 +48,12 @@ def fetch_pypi(given: str, into: Path, timeout_s: float = 600.0) -> Path:
         except subprocess.TimeoutExpired as exc:
             raise TaskError(f"pip download {spec} took over {timeout_s:.0f} s") from exc
         archives = [p for p in Path(tmp).iterdir() if p.name.endswith((".tar.gz", ".tgz", ".zip", ".tar.bz2"))]
+        said = done.stdout + done.stderr
+        if "No matching distribution found" in said:
+            raise TaskError(
+                f"pypi:{spec}: the package index has no distribution of that name and version (check the "
+                f"spelling, or leave ==VERSION out for the newest); pip said: {_last_error(said)}"
+            )
         if done.returncode != 0 or len(archives) != 1:
             raise TaskError(
                 f"pip could not download the source distribution of {spec} (a project with no sdist on the "
@@ -72,6 +78,12 @@ def check_pure_python(root: Path, name: str) -> None:
             f"{name} needs a C build ({', '.join(found[:3])}{' ...' if len(found) > 3 else ''}); "
             "coderl tasks synth takes pure-Python projects, whose tests run from the source tree"
         )
+
+
+def _last_error(text: str) -> str:
+    """pip's first ``ERROR:`` line (what it could not find, with the versions there are)."""
+    errors = [line.strip() for line in text.splitlines() if line.strip().startswith("ERROR:")]
+    return errors[0][:600] if errors else text.strip()[-300:]
 
 
 def _stem(name: str) -> str:
