@@ -19,7 +19,7 @@ import yaml
 from coderl.cli.main import _split_config, build_parser
 from coderl.config import Config, load_config
 from coderl.config.packaged import default_train_config
-from tests.test_proxy_deploy import docker_daemon
+from tests.test_proxy_deploy import docker_daemon, need_base_image
 from tests.test_proxy_deploy import dockerfile as proxy_dockerfile
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -142,6 +142,7 @@ def test_the_image_installs_coderl_with_the_ray_the_cluster_declares() -> None:
 @pytest.mark.slow
 @pytest.mark.skipif(not docker_daemon(), reason="no Docker daemon answers here (docker version fails)")
 def test_the_image_builds_with_ray_coderl_and_the_default_model() -> None:
+    need_base_image(DOCKERFILE)
     tag = f"coderl-ray-test:{uuid.uuid4().hex[:8]}"
     build = ["docker", "build", "-f", str(DOCKERFILE), "-t", tag, str(ROOT)]
     assert subprocess.run(build, timeout=3600).returncode == 0, shlex.join(build)
