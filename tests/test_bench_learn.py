@@ -26,6 +26,7 @@ TINY = [
     "rollout.tools=null",
     "rollout.max_tokens=8",
     "sft.before_rl=false",
+    "train.val_also=[bundled:checkkit-s001,bundled:unitkit-s031]",  # two more held-out sets, one task each
 ]
 
 
@@ -62,6 +63,10 @@ def test_bench_learn_runs_the_recipe_and_its_control_in_processes_of_their_own(t
     assert lrs[0][0] > 0 and lrs[1] == (0.0, 0.0, False)  # the control learns nothing, the recipe does
     section = (tmp_path / "B.md").read_text()
     assert "Learning check" in section and "control (lr 0)" in section
+    assert r["val_also_sets"] == {"val_also": "bundled:checkkit-s001", "val_also2": "bundled:unitkit-s031"}
+    for held in ("val_also_", "val_also2_", "val_also2_control_"):
+        assert r[f"{held}held_out_tasks"] == 1 and len(r[f"{held}start_pass_at_1"]) == 1
+    assert "`bundled:checkkit-s001` (1 tasks)" in section and "`bundled:unitkit-s031` (1 tasks)" in section
 
     # the same bench again reuses both finished runs (an interrupted bench goes on where it stopped)
     again = bench(tmp_path)

@@ -58,7 +58,7 @@ def test_training_never_fixes_a_function_a_held_out_task_fixes() -> None:
     )
     assert len(same) >= 2 and removed == same and len(kept) == len(synth) - len(same)
     warmup = load_tasks("bundled:warmup")  # hand-written fixes, compared the same way
-    train, held_sets, also, dropped = train_and_held_out("bundled:synth", "none", 8, "bundled:warmup")
+    train, held_sets, (also,), dropped = train_and_held_out("bundled:synth", "none", 8, "bundled:warmup")
     assert held_sets == [] and {t.id for t in also} == {t.id for t in warmup}
     touched = set().union(*(fixed_functions(t) for t in warmup))
     assert touched and all(not fixed_functions(t) & touched for t in train) and len(dropped) > 0
@@ -117,3 +117,46 @@ def test_the_validation_points_are_printed_side_by_side() -> None:
     assert sampled.startswith("T=0.7 (4 x 24 tasks)") and sampled.split()[5] == "-"  # not sampled at the start
     assert "0.375 [0.100, 0.400]" in sampled
     assert validation_table([{"step": 1, "pass_rate": 0.5}]) == []
+
+
+def test_val_also_takes_one_source_or_several_and_each_is_held_out() -> None:
+    from pydantic import ValidationError
+
+    from coderl.train.config import TrainConfig
+
+    assert TrainConfig(val_also="bundled:warmup").val_also == ["bundled:warmup"]  # one source, as before
+    assert TrainConfig(val_also="").val_also == [] and TrainConfig(val_also=None).val_also == []
+    assert TrainConfig(val_also=["bundled:warmup", "bundled:strkit-001"]).val_also == [
+        "bundled:warmup", "bundled:strkit-001"]  # fmt: skip
+    with pytest.raises(ValidationError, match=r"train.val_also\[1\] is empty"):
+        TrainConfig(val_also=["bundled:warmup", " "])
+    strkit = [t.id for t in load_tasks("bundled:strkit-001")]
+    train, _, also, _ = train_and_held_out("bundled", "none", 8, ["bundled:warmup", "bundled:strkit-001"])
+    assert [len(one) for one in also] == [len(load_tasks("bundled:warmup")), len(strkit)]
+    assert not {t.id for t in train} & {t.id for one in also for t in one}  # no set is trained on
+
+
+def test_each_val_also_set_has_its_row_in_the_table_and_the_summary() -> None:
+    from coderl.train.validation import also_prefix, also_prefixes, validation_table
+
+    assert [also_prefix(i) for i in range(3)] == ["val_also", "val_also2", "val_also3"]
+
+    def held(prefix: str, value: float, tasks: int, source: str) -> dict[str, object]:
+        return {f"{prefix}_pass_at_1": value, f"{prefix}_pass_at_1_ci95": [0.0, 0.5], f"{prefix}_tasks": tasks,
+                f"{prefix}_samples": 1, f"{prefix}_temperature": 0.0, f"{prefix}_source": source}  # fmt: skip
+
+    def point(step: int, phase: str | None, a: float, b: float, c: float) -> dict[str, object]:
+        row = {"step": step, **held("val", a, 24, ""), **held("val_also", b, 15, "bundled:warmup"),
+               **held("val_also2", c, 12, "pypi:toolz==0.12.1?n=12")}  # fmt: skip
+        return {**row, "phase": phase} if phase else row
+
+    rows = [point(0, "start", 0.0, 0.0, 0.0), point(0, "sft", 0.25, 0.0, 1 / 12), {"step": 1, "pass_rate": 0.5, "reward_mean": 0.5},
+            point(4, None, 0.25, 2 / 15, 2 / 12)]  # fmt: skip
+    assert also_prefixes(rows) == ["val_also", "val_also2"]
+    head, split, second, third = validation_table(rows)
+    assert "after warm start" in head and split.startswith("greedy (1 x 24 tasks)")
+    assert second.startswith("second set greedy (1 x 15 tasks)") and "0.133 [0.000, 0.500]" in second
+    assert third.startswith("third set greedy (1 x 12 tasks)") and third.split()[7:9] == ["0.000", "[0.000,"]
+    summary = run_summary(rows)
+    assert summary["held-out pass@1, second set (bundled:warmup)"].endswith("(+0.133; 15 tasks)")
+    assert summary["held-out pass@1, third set (pypi:toolz==0.12.1?n=12)"].endswith("(+0.167; 12 tasks)")

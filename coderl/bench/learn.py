@@ -14,8 +14,9 @@ are:
   over seeds; start and end of a task are paired within a seed;
 - the control's rise and its interval (it should be within its own noise: the interval holds 0).
 
-Both held-out sets are reported: the split of ``train.tasks`` (``val``) and ``train.val_also``
-(``val_also``, the hand-written warm-up tier in the packaged defaults).
+Every held-out set is reported: the split of ``train.tasks`` (``val``) and each source of
+``train.val_also`` (``val_also``, ``val_also2``, ...: for example the hand-written warm-up tier, and tasks
+synthesised at run time from a public library no training task comes from).
 
 A bench takes hours, so each run that finishes is kept: the runs live in ``runs/bench-learn-<digest>/``
 (``run.dir`` when given; the digest is of the configuration's values that differ from the defaults,
@@ -50,6 +51,7 @@ from coderl.config.loader import dump_config, validate_config
 from coderl.errors import CoderlError, ConfigError
 from coderl.rollout.store import read_trajectories
 from coderl.threads import share_of_cores
+from coderl.train.validation import also_prefix
 from coderl.yamlio import load_yaml
 
 BOOTSTRAP = 10_000
@@ -159,13 +161,14 @@ def _one_run(cfg: Config, console: Console, run_dir: Path, jobs: int) -> dict[st
             )
         minutes = (time.monotonic() - began) / 60
         done.write_text(json.dumps({"minutes": minutes}))
+    also = [also_prefix(i) for i in range(len(cfg.train.val_also))]
     validations = sorted((run_dir / "validation").iterdir()) if (run_dir / "validation").is_dir() else []
     first, last = (validations[0], validations[-1]) if validations else (run_dir, run_dir)
     return {
         "run_dir": str(run_dir),
         "minutes": minutes,  # wall clock, start-up and validations included
         "val": (task_rates(first), task_rates(last)),
-        "val_also": (task_rates(first / "val_also"), task_rates(last / "val_also")),
+        **{p: (task_rates(first / p), task_rates(last / p)) for p in also},
         "val_sampled": (task_rates(first / "val_sampled"), task_rates(last / "val_sampled")),
     }
 
@@ -199,13 +202,14 @@ def bench_learn(
         "machine": machine_info(),
         "seeds": seeds,
         "tasks": cfg.train.tasks,
-        "val_also": cfg.train.val_also,
+        "val_also": "".join(cfg.train.val_also[:1]),  # the first set's source (one source before lists)
+        "val_also_sets": {also_prefix(i): source for i, source in enumerate(cfg.train.val_also)},
         "steps": cfg.train.steps,
         "warm_start": cfg.sft.before_rl,
         "minutes_per_run": statistics.fmean(r["minutes"] for rs in runs.values() for r in rs),
         "run_dirs": {k: [r["run_dir"] for r in v] for k, v in runs.items()},
     }
-    for held in ("val", "val_also"):
+    for held in ("val", *(also_prefix(i) for i in range(len(cfg.train.val_also)))):
         for kind, prefix in (("recipe", ""), ("control", "control_")):
             starts = [r[held][0] for r in runs[kind]]
             ends = [r[held][1] for r in runs[kind]]
@@ -235,11 +239,12 @@ def to_markdown(r: dict[str, Any]) -> str:
         "| held-out set | run | pass@1 at start (per seed) | at end (per seed) | mean rise | 95% interval (paired bootstrap over tasks) |",
         "|---|---|---|---|---|---|",
     ]
+    sets = r.get("val_also_sets") or ({"val_also": r["val_also"]} if r.get("val_also") else {})
     for held, label in (
         ("", f"split of `{r['tasks']}` ({r['held_out_tasks']} tasks)"),
-        ("val_also_", f"`{r['val_also']}` ({r.get('val_also_held_out_tasks', 0)} tasks)"),
+        *((f"{p}_", f"`{source}` ({r.get(f'{p}_held_out_tasks', 0)} tasks)") for p, source in sets.items()),
     ):
-        if f"{held}start_pass_at_1" not in r or (held and not r["val_also"]):
+        if f"{held}start_pass_at_1" not in r:
             continue
         for kind, prefix, rise in (("recipe", "", "mean_rise"), ("control (lr 0)", "control_", "rise")):
             lo, hi = r[f"{held}{prefix}rise_ci95"]

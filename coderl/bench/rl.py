@@ -53,7 +53,8 @@ def warm_key(cfg: Config) -> str:
     dump = cfg.model_dump(mode="json")
     t = cfg.train
     chosen = {k: dump[k] for k in WARM_KEYS}
-    chosen["train"] = {"tasks": t.tasks, "val_tasks": t.val_tasks, "val_size": t.val_size, "val_also": t.val_also}
+    also: str | list[str] = t.val_also if len(t.val_also) > 1 else "".join(t.val_also)  # one: as keyed before lists
+    chosen["train"] = {"tasks": t.tasks, "val_tasks": t.val_tasks, "val_size": t.val_size, "val_also": also}
     chosen["seed"] = cfg.run.seed
     return json.dumps(chosen, sort_keys=True)
 

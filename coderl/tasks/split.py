@@ -9,6 +9,7 @@ fix a function a held-out task fixes are removed from training too (:mod:`coderl
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 
 from coderl.errors import TaskError
 from coderl.tasks.loader import load_tasks
@@ -33,12 +34,13 @@ def split_tasks(tasks: list[Task], size: int, source: str = "train.tasks") -> tu
 
 
 def train_and_held_out(
-    tasks: str, val_tasks: str, val_size: int, val_also: str = ""
-) -> tuple[list[Task], list[Task], list[Task], list[str]]:
-    """The training tasks, the held-out tasks, the second held-out set (``train.val_also``) and the
-    ids removed from training because they are held out or fix a function a held-out task fixes
-    (:mod:`coderl.tasks.overlap`), as a run's config names them (``train.tasks``, ``train.val_tasks``,
-    ``train.val_size``, ``train.val_also``: see :class:`coderl.train.config.TrainConfig`)."""
+    tasks: str, val_tasks: str, val_size: int, val_also: Sequence[str] = ()
+) -> tuple[list[Task], list[Task], list[list[Task]], list[str]]:
+    """The training tasks, the held-out tasks, the further held-out sets (one list per source of
+    ``train.val_also``) and the ids removed from training because they are held out or fix a function
+    a held-out task fixes (:mod:`coderl.tasks.overlap`), as a run's config names them (``train.tasks``,
+    ``train.val_tasks``, ``train.val_size``, ``train.val_also``: see
+    :class:`coderl.train.config.TrainConfig`)."""
     every = load_tasks(tasks)
     if not every:
         raise TaskError(f"train.tasks: got {tasks!r}, which holds no tasks")
@@ -48,8 +50,10 @@ def train_and_held_out(
         every, held = split_tasks(every, val_size)
     else:
         held = load_tasks(val_tasks)
-    also = load_tasks(val_also) if val_also.strip() else []
-    train, removed = without_overlap(every, [*held, *also])
+    if isinstance(val_also, str):
+        val_also = [val_also] if val_also.strip() else []
+    also = [load_tasks(source) for source in val_also]
+    train, removed = without_overlap(every, [*held, *(t for one in also for t in one)])
     if not train:
         raise TaskError(
             f"train.tasks: every task of {tasks!r} is held out (train.val_tasks / train.val_also) or fixes "

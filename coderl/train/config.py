@@ -165,10 +165,30 @@ class TrainConfig(Section):
     def _empty_is_the_split(cls, value: object) -> object:
         return "" if value is None else value  # `train.val_tasks=` on the command line parses as null
 
-    val_also: str = ""
-    """A second held-out set (a task source) validated at the same points, reported as val_also_*: e.g.
-    the hand-written bundled:warmup tier while the split holds out synthesised tasks. Its tasks are
-    removed from training and from warm-start demonstrations too."""
+    val_also: list[str] = []
+    """More held-out sets (task sources), validated at the same points: one source (a string), or a
+    list of them. The first is reported as val_also_*, the second as val_also2_*, the third as
+    val_also3_* and so on: e.g. the hand-written bundled:warmup tier, and tasks synthesised from a
+    public library no training task comes from (pypi:toolz==0.12.1?n=24), while the split holds out
+    new functions of the training libraries. Their tasks are removed from training and from warm-start
+    demonstrations too."""
+
+    @field_validator("val_also", mode="before")
+    @classmethod
+    def _one_source_or_many(cls, value: object) -> object:
+        if value is None:
+            return []
+        if isinstance(value, str):  # one source (empty: none); a comma may be part of a source's query
+            return [value] if value.strip() else []
+        return value
+
+    @field_validator("val_also")
+    @classmethod
+    def _no_empty_source(cls, value: list[str]) -> list[str]:
+        for i, source in enumerate(value):
+            if not source.strip():
+                raise ValueError(f"train.val_also[{i}] is empty; give a task source (e.g. bundled:warmup) or leave it out")
+        return value
     val_size: int = Field(8, ge=1)
     """Tasks held out of train.tasks when train.val_tasks is empty (at most all but one)."""
     val_samples: int = Field(4, ge=1)

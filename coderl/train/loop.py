@@ -118,7 +118,7 @@ class Trainer:
         self.rollouts: TrainingRollouts | None = None  # what each step draws, rolled out and checked
         self.tasks: list[Task] = []
         self.val_tasks: list[Task] = []
-        self.val_also_tasks: list[Task] = []
+        self.val_also_tasks: list[list[Task]] = []  # one list per source of train.val_also
         self.curriculum: Curriculum | None = None  # which tasks each step draws (saved in checkpoints)
         self.version = 0  # updates applied to the policy
         self._engine_base = 0  # engine.policy_version when self.version was last set
@@ -129,6 +129,10 @@ class Trainer:
         """Steps in a row whose groups could not teach, and the warning when there are too many."""
 
     # ------------------------------------------------------------------ set-up
+    def held_out(self) -> list[Task]:
+        """Every held-out task: the split's (or train.val_tasks') and every train.val_also set's."""
+        return [*self.val_tasks, *(t for one in self.val_also_tasks for t in one)]
+
     @property
     def producer(self) -> RolloutProducer | None:
         """``train.mode=async``: the producer keeping groups rolling out ahead of the steps."""
@@ -172,7 +176,7 @@ class Trainer:
             self.console.print(self.backend.describe())
         else:
             await self.backend.serve(self.ledger)
-        held = {t.id for t in [*self.val_tasks, *self.val_also_tasks]}
+        held = {t.id for t in self.held_out()}
         chat = self._chat()
         guidance = Guidance(cfg.train, cfg.rollout, chat, held) if cfg.train.guide_share > 0 else None
         self.rollouts = TrainingRollouts(
@@ -346,7 +350,7 @@ class Trainer:
         cfg = self.cfg
         t0 = time.perf_counter()
         with self.console.status("making the warm start's demonstrations"):
-            demos, made = await build_demos(cfg, self._chat(), [*self.val_tasks, *self.val_also_tasks])
+            demos, made = await build_demos(cfg, self._chat(), self.held_out())
         check_demos(demos, made)
         write_demonstrated(self.run_dir, demos)
         self.demonstrated = {d.task_id for d in demos}
@@ -408,7 +412,8 @@ class Trainer:
             return await self.rollouts.rollout(groups, progress, label, temperature)
 
         c = self.cfg
-        return Validation(c.train, c.rollout, self.run_dir, self.console, roll, self.val_tasks, self.val_also_tasks)
+        also = list(zip(c.train.val_also, self.val_also_tasks, strict=True))
+        return Validation(c.train, c.rollout, self.run_dir, self.console, roll, self.val_tasks, also)
 
     async def _sync(self, version: int) -> None:
         """Push the actor's weights to the engine; the run's policy version becomes ``version``."""
@@ -442,7 +447,7 @@ def build_policy(cfg: Config, lora: bool, model_path: Path | None) -> Policy:
     )  # fmt: skip
 
 
-def split_tasks(cfg: Config) -> tuple[list[Task], list[Task], list[Task]]:
+def split_tasks(cfg: Config) -> tuple[list[Task], list[Task], list[list[Task]]]:
     """Training, held-out and ``train.val_also`` tasks, disjoint (module doc of :mod:`coderl.tasks.split`)."""
     t = cfg.train
     check_gold_kinds(cfg.sft.gold_kinds)  # refused now, not after the step-0 validation

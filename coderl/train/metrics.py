@@ -12,6 +12,7 @@ from typing import Any
 from coderl.memory import PhasePeaks
 from coderl.rollout.runner import RolloutResult
 from coderl.threads import release_free_memory
+from coderl.train.validation import also_prefixes, set_name
 
 
 class StageTimer:
@@ -91,12 +92,13 @@ def run_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
             f"{heldout(first)} at step {first['step']} -> {heldout(last)} at step {last['step']} ({rise:+.3f}; "
             f"{last['val_tasks']} held-out tasks x {last['val_samples']} samples, 95% intervals)"
         )
-    also = [r for r in rows if "val_also_pass_at_1" in r]
-    if also:
-        rise = also[-1]["val_also_pass_at_1"] - also[0]["val_also_pass_at_1"]
-        summary["held-out pass@1, second set (train.val_also)"] = (
-            f"{heldout(also[0], 'val_also')} -> {heldout(also[-1], 'val_also')} ({rise:+.3f}; "
-            f"{also[-1]['val_also_tasks']} tasks)"
+    for prefix in also_prefixes(rows):
+        also = [r for r in rows if f"{prefix}_pass_at_1" in r]
+        rise = also[-1][f"{prefix}_pass_at_1"] - also[0][f"{prefix}_pass_at_1"]
+        source = also[-1].get(f"{prefix}_source", "train.val_also")
+        summary[f"held-out pass@1, {set_name(prefix)} ({source})"] = (
+            f"{heldout(also[0], prefix)} -> {heldout(also[-1], prefix)} ({rise:+.3f}; "
+            f"{also[-1][f'{prefix}_tasks']} tasks)"
         )
     warm = [r for r in vals if r.get("phase") == "sft"]
     if warm:

@@ -4,8 +4,9 @@ A run validates before any update (step 0, ``start``), after a supervised warm s
 ``train.val_every`` steps and after the last. At each point every held-out task is rolled out
 ``train.val_samples`` times at ``train.val_temperature`` (the main job: once, greedily) — keys
 ``val_*`` — and, with ``train.val_sampled > 0``, that many times more at the rollout temperature, the
-policy as RL samples it — keys ``val_sampled_*``; ``train.val_also`` (a second held-out set) gets the
-first kind, keys ``val_also_*``. The sets roll out at once (one engine batch, no set's tail idling the
+policy as RL samples it — keys ``val_sampled_*``; each set of ``train.val_also`` (more held-out
+sets) gets the first kind, keys ``val_also_*`` for the first, ``val_also2_*`` for the second and so on
+(:func:`also_prefix`). The sets roll out at once (one engine batch, no set's tail idling the
 others' slots). Each pass@1 comes with its 95% interval (over tasks).
 
 Owns: what one validation rolls out, stores (``validation/step-N[-name]/[kind]``) and reports, and
@@ -16,6 +17,7 @@ ledger and bounds) or draw training tasks.
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -36,9 +38,37 @@ Roll = Callable[[list[RolloutGroup], str, float | None], Awaitable[list[RolloutR
 POINTS = {"start": "start", "sft": "after warm start"}
 """Names of validation points in the table (a step's point is named by its step)."""
 
+_ALSO = re.compile(r"^(val_also\d*)_pass_at_1$")
+
+
+def also_prefix(index: int) -> str:
+    """The metric prefix (and folder name) of the ``index``-th (0-based) set of ``train.val_also``."""
+    return "val_also" if index == 0 else f"val_also{index + 1}"
+
+
+def also_prefixes(rows: list[dict[str, Any]]) -> list[str]:
+    """The ``train.val_also`` sets' prefixes found in ``rows``, in their order (val_also, val_also2, ...)."""
+    found = {m.group(1) for r in rows for k in r if (m := _ALSO.match(k))}
+    return sorted(found, key=lambda p: int(p[len("val_also") :] or 1))
+
+
+def set_name(prefix: str) -> str:
+    """How tables name a ``train.val_also`` set: the split (or train.val_tasks) is the first set, so
+    ``val_also`` is the second, ``val_also2`` the third, ..."""
+    n = int(prefix[len("val_also") :] or 1) + 1
+    return f"{ORDINALS[n]} set" if n < len(ORDINALS) else f"set {n}"
+
+
+ORDINALS = ["", "first", "second", "third", "fourth", "fifth", "sixth"]
+
+
+def held_out_prefixes(rows: list[dict[str, Any]]) -> list[str]:
+    """Every kind of validation in ``rows``: val, val_sampled, then the val_also sets."""
+    return [p for p in ("val", "val_sampled") if any(f"{p}_pass_at_1" in r for r in rows)] + also_prefixes(rows)
+
 
 class Validation:
-    """Validates ``tasks`` (and ``also``, ``train.val_also``'s) at a point of the run."""
+    """Validates ``tasks`` (and ``also``: each ``train.val_also`` source with its tasks) at a point of the run."""
 
     def __init__(
         self,
@@ -48,7 +78,7 @@ class Validation:
         console: Console,
         roll: Roll,
         tasks: list[Task],
-        also: list[Task],
+        also: list[tuple[str, list[Task]]],
     ) -> None:
         self.train = train
         self.rollout = rollout
@@ -60,7 +90,7 @@ class Validation:
 
     @property
     def wanted(self) -> bool:
-        return bool(self.tasks or self.also)
+        return bool(self.tasks or any(tasks for _, tasks in self.also))
 
     async def run(self, step: int, name: str = "") -> dict[str, Any]:
         """Every kind of validation at step ``step`` (``name``: ``sft`` after the warm start)."""
@@ -71,8 +101,8 @@ class Validation:
             sets.append(self._set(step, name, self.tasks, "val", val_t, t.val_samples))
         if self.tasks and t.val_sampled:
             sets.append(self._set(step, name, self.tasks, "val_sampled", self.rollout.temperature, t.val_sampled))
-        if self.also:
-            sets.append(self._set(step, name, self.also, "val_also", val_t, t.val_samples))
+        for i, (source, tasks) in enumerate(self.also):
+            sets.append(self._set(step, name, tasks, also_prefix(i), val_t, t.val_samples, source))
         row: dict[str, Any] = {}
         began = time.perf_counter()
         for done in await asyncio.gather(*sets):  # at once: the engine batches one set's samples with another's
@@ -82,7 +112,14 @@ class Validation:
         return row
 
     async def _set(
-        self, step: int, name: str, tasks: list[Task], prefix: str, temperature: float, samples: int
+        self,
+        step: int,
+        name: str,
+        tasks: list[Task],
+        prefix: str,
+        temperature: float,
+        samples: int,
+        source: str = "",
     ) -> dict[str, Any]:
         """Every task of ``tasks`` ``samples`` times at ``temperature``, graded like training rollouts and
         stored under ``validation/step-N[-name]/<prefix>`` (``val``: the folder itself)."""
@@ -97,16 +134,17 @@ class Validation:
         store.close()
         report = build_report([r.report_row() for r in results], {x.id: x.tier for x in tasks}, [1])
         lo, hi = report["pass@1_ci95"]
-        label = {
-            "val": "held-out pass@1",
-            "val_sampled": f"held-out pass@1 at T={temperature:g}",
-            "val_also": f"held-out pass@1 ({self.train.val_also})",
-        }[prefix]
+        label = "held-out pass@1"
+        if prefix == "val_sampled":
+            label += f" at T={temperature:g}"
+        elif source:
+            label += f" ({source})"
         self.console.print(
             f"{where}: {label} {report['pass@1']:.3f} [95% {lo:.3f}, {hi:.3f}] over {len(tasks)} tasks x "
             f"{samples} samples ({report['resolved_instances']} tasks solved)"
         )
         return {
+            **({f"{prefix}_source": source} if source else {}),
             f"{prefix}_pass_at_1": report["pass@1"],
             f"{prefix}_pass_at_1_ci95": report["pass@1_ci95"],
             f"{prefix}_reward_mean": report["mean_reward"],
@@ -129,19 +167,20 @@ def point_name(row: dict[str, Any]) -> str:
 def validation_cells(rows: list[dict[str, Any]]) -> list[list[str]]:
     """The run's validation points side by side: a header row (the points), then one row per kind of
     validation (module doc); each cell ``pass@1 [low, high]`` or ``-``. Empty without validations."""
-    points = [r for r in rows if "val_pass_at_1" in r or "val_also_pass_at_1" in r]
+    prefixes = held_out_prefixes(rows)
+    points = [r for r in rows if any(f"{p}_pass_at_1" in r for p in prefixes if p != "val_sampled")]
     if not points:
         return []
     table = [["held-out pass@1", *(point_name(r) for r in points)]]
-    for prefix in ("val", "val_sampled", "val_also"):
+    for prefix in prefixes:
         have = [r for r in points if f"{prefix}_pass_at_1" in r]
         if not have:
             continue
         last = have[-1]
         temperature = last.get(f"{prefix}_temperature")
         how = "greedy" if temperature == 0 else (f"T={temperature:g}" if temperature is not None else "")
-        if prefix == "val_also":
-            how = f"second set {how}".strip()
+        if prefix.startswith("val_also"):
+            how = f"{set_name(prefix)} {how}".strip()
         cells = [f"{how} ({last[f'{prefix}_samples']} x {last[f'{prefix}_tasks']} tasks)"]
         for r in points:
             if f"{prefix}_pass_at_1" in r:
@@ -159,4 +198,6 @@ def validation_table(rows: list[dict[str, Any]]) -> list[str]:
         held-out pass@1          start                 after warm start      step 12
         greedy (1 x 24 tasks)    0.000 [0.000, 0.138]  0.167 [0.067, 0.359]  0.250 [0.120, 0.449]
     """
-    return ["".join(c.ljust(28 if i == 0 else 23) for i, c in enumerate(row)) for row in validation_cells(rows)]
+    cells = validation_cells(rows)
+    first = max((len(row[0]) + 2 for row in cells), default=28)
+    return ["".join(c.ljust(max(first, 28) if i == 0 else 23) for i, c in enumerate(row)) for row in cells]
