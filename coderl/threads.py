@@ -70,12 +70,12 @@ def spin_briefly(env: MutableMapping[str, str] | None = None) -> None:
 
     Why: between parallel regions libgomp's threads spin for up to 300,000 iterations before they
     sleep. The engine's decoding is thousands of tiny parallel regions, so on a machine whose cores
-    other processes also use, its spinning threads take the cores from the thread that has work, and
-    the others' from it. ``coderl bench load`` measured the engine beside two torch processes on a
-    2-core machine (2026-11-27): 6% of its unloaded decode rate with libgomp's default, 27% with 1,000
-    spins, 33% with no spinning (``OMP_WAIT_POLICY=PASSIVE``; a fair share of the cores); unloaded,
-    1,000 spins cost a few percent and passive about a fifth. The issue that asked: a validation that
-    sampled at 15 tok/s fell to 2 tok/s beside two other model servers."""
+    other processes also use, its spinning threads take the cores from the threads that have work.
+    ``coderl bench load`` (BENCHMARKS.md, 2-core machine, 2026-11-27), the engine beside two torch
+    processes: 0.09x its unloaded decode rate with libgomp's default, 0.36x with 1,000 spins, 0.36x
+    with none (``OMP_WAIT_POLICY=PASSIVE``; a fair share of the cores is 1/3); unloaded, both cost
+    7-14% against the default on that noisy machine (in a second comparison 1,000 spins cost ~6% and
+    passive ~19%). A user's validation had fallen from 15 to 2 tok/s beside two other model servers."""
     out = os.environ if env is None else env
     if not out.get("GOMP_SPINCOUNT") and not out.get("OMP_WAIT_POLICY"):
         out["GOMP_SPINCOUNT"] = SPIN_COUNT

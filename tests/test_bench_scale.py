@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.test_cluster_ray import ray_python
+from tests.tiny import tiny_checkpoint
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
@@ -17,7 +18,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_bench_scale_quick_times_sync_and_async_side_by_side(tmp_path: Path) -> None:
     done = subprocess.run(
-        [ray_python(), "-m", "coderl", "bench", "scale", "--quick", "--json", "--write", str(tmp_path / "B.md")],
+        [ray_python(), "-m", "coderl", "bench", "scale", "--quick", "--json", "--write", str(tmp_path / "B.md"),
+         f"model.path={tiny_checkpoint()}"],  # the tiny model (tests/tiny.py): the bench's timing plumbing
         cwd=ROOT, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.slow
 
 # one step's update runs many micro-batches (a few seconds), long enough to be interrupted inside
 RUN = [
-    "train.tasks=bundled:warmup", "train.val_tasks=none", "sft.before_rl=false", "train.steps=2",
+    "train.tasks=bundled:warmup", "train.val_tasks=none", "sft.before_rl=false", "train.steps=1",
     "train.tasks_per_step=2", "train.group_size=4", "rollout.agent=single_turn", "rollout.tools=null",
     "rollout.max_tokens=48", "rollout.temperature=1.0", "actor.micro_batch_tokens=128", "actor.lr=1e-5",
     "train.calibrate_tasks=0", "train.curriculum=none", "algo.dynamic_sampling=false", "actor.lora_rank=0",
@@ -74,7 +74,7 @@ def test_ctrl_c_stops_the_run_in_seconds_and_resume_goes_on(tmp_path: Path, boxe
     run = tmp_path / "run"
     env = {**os.environ, "CODERL_PROGRESS_EVERY": "0.2", "CODERL_SANDBOX_DIR": str(boxes), "PYTHONUNBUFFERED": "1"}
     firsts = [[*RUN, f"run.dir={run}"], ["--resume", str(run)]]
-    for n, (args, stage) in enumerate(zip(firsts, [r"step 1 rollout: ", r"step \d update: "], strict=True)):
+    for n, (args, stage) in enumerate(zip(firsts, [r"step 1 rollout: ", r"step 1 update: "], strict=True)):
         log = tmp_path / f"run{n}.log"
         code, took = _interrupt(args, env, log, stage)
         text = log.read_text()
@@ -88,4 +88,4 @@ def test_ctrl_c_stops_the_run_in_seconds_and_resume_goes_on(tmp_path: Path, boxe
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     rows = checkpoints.read_metrics(run / "metrics.jsonl")
-    assert [r["step"] for r in rows] == [1, 2]  # each step once: none lost to an interrupt, none twice
+    assert [r["step"] for r in rows] == [1]  # the step once: not lost to an interrupt, not twice
