@@ -47,20 +47,12 @@ async def bench_synth(
 
 
 async def _library(lib: str, spec: SandboxSpec, n: int, out: Path, timeout_s: float, console: Console) -> dict[str, Any]:
-    from coderl.tasks.synth.build import SynthOptions, synthesize
+    from coderl.tasks.synth.build import SynthOptions, progress_callback, synthesize
 
     t0 = time.perf_counter()
     row: dict[str, Any] = {"library": lib}
     with progress_bars(console, name=f"bench synth {lib}") as progress:
-        kept = progress.add_task("mutants kept", total=n, info="")
-        checked = progress.add_task("validated", total=None, info="", visible=False)
-
-        def tick(stage: str, state: Any) -> None:
-            if stage == "mutants":
-                progress.update(kept, completed=len(state.kept), info=f"{sum(state.tried.values())} run")
-            else:
-                progress.update(checked, advance=1, visible=True, total=len(state.kept))
-
+        tick = progress_callback(progress, n, "run")
         try:
             options = SynthOptions(n=n, seed=0, timeout_s=timeout_s)
             summary = await synthesize(f"pypi:{lib}", out, options, spec, on_progress=tick)

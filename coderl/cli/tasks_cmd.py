@@ -88,7 +88,7 @@ def run_tasks_convert(ns: argparse.Namespace) -> int:
 
 
 def run_tasks_synth(ns: argparse.Namespace) -> int:
-    from coderl.tasks.synth.build import SynthOptions, synthesize
+    from coderl.tasks.synth.build import SynthOptions, progress_callback, synthesize
 
     cfg = config_from_args(ns)
     opts = SynthOptions(
@@ -97,19 +97,8 @@ def run_tasks_synth(ns: argparse.Namespace) -> int:
     )  # fmt: skip
     console = Console(stderr=True)
     with progress_bars(console) as progress:
-        bar = progress.add_task("mutants kept", total=opts.n, info="")
-        check = progress.add_task("validated", total=None, info="", visible=False)
-
-        def on_progress(stage: str, state: Any) -> None:
-            if stage == "mutants":
-                tried = sum(state.tried.values())
-                progress.update(bar, completed=len(state.kept), info=f"{tried} mutants run")
-            else:
-                progress.update(check, advance=1, visible=True, total=len(state.kept))
-
-        summary = asyncio.run(
-            synthesize(ns.repo, Path(ns.out), opts, cfg.sandbox, ns.name, on_progress)
-        )
+        on_progress = progress_callback(progress, opts.n)
+        summary = asyncio.run(synthesize(ns.repo, Path(ns.out), opts, cfg.sandbox, ns.name, on_progress))
     if ns.json:
         print(json.dumps(summary))
         return 0

@@ -40,7 +40,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -54,6 +54,9 @@ from coderl.tasks.synth.source import fetch_pypi, is_pypi
 from coderl.tasks.synth.suite import LENIENT, NO_PLUGINS, SuiteRun, SuiteRunner, test_files
 from coderl.tasks.validate import check_task
 from coderl.yamlio import load_yaml
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
 
 _IGNORE = shutil.ignore_patterns(".git", "__pycache__", "*.pyc", ".pytest_cache", ".coderl-*", ".mypy_cache")
 LENIENT_COMMAND = (
@@ -229,6 +232,21 @@ def relevant_files(m: Mutation, trace: dict[str, list[str]], every: list[str]) -
         return None
     files = sorted(f for f, called in trace.items() if m.path in called and f in every)
     return files or None
+
+
+def progress_callback(progress: Progress, n: int, label: str = "mutants run") -> Callable[[str, _State], None]:
+    """Two bars on ``progress`` that follow a :func:`synthesize` (its ``on_progress``): mutants kept
+    of ``n`` (with how many were run), then the kept tasks validated."""
+    kept = progress.add_task("mutants kept", total=n, info="")
+    checked = progress.add_task("validated", total=None, info="", visible=False)
+
+    def tick(stage: str, state: _State) -> None:
+        if stage == "mutants":
+            progress.update(kept, completed=len(state.kept), info=f"{sum(state.tried.values())} {label}")
+        else:
+            progress.update(checked, advance=1, visible=True, total=len(state.kept))
+
+    return tick
 
 
 async def synthesize(
