@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import json
 import shutil
-import tempfile
 from pathlib import Path
 
 from coderl.checkpoint import cache_root, resolve_checkpoint
+from coderl.tasks.snapshot import materialised_at
 
 TINY_NAME = "tiny-llama-2x64-v1"
 SHAPE = {
@@ -34,9 +34,10 @@ SHAPE = {
 
 def tiny_checkpoint() -> Path:
     """The tiny checkpoint folder, made on first use (seed 0, float32 safetensors)."""
-    target = cache_root() / "models" / TINY_NAME
-    if (target / "model.safetensors").is_file():
-        return target
+    return materialised_at(cache_root() / "models" / TINY_NAME, _build)
+
+
+def _build(folder: Path) -> None:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -46,22 +47,11 @@ def tiny_checkpoint() -> Path:
         setattr(config, key, value)
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{TINY_NAME}-", dir=target.parent))
-    try:
-        model.save_pretrained(staging, safe_serialization=True)
-        for item in source.iterdir():
-            if item.name.startswith(("tokenizer", "chat_template", "special_tokens")):
-                shutil.copy2(item, staging / item.name)
-        (staging / "coderl-tiny.json").write_text(json.dumps({"shape": SHAPE, "seed": 0}))
-        try:
-            staging.rename(target)
-        except OSError:  # another process made it first
-            if not (target / "model.safetensors").is_file():
-                raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return target
+    model.save_pretrained(folder, safe_serialization=True)
+    for item in source.iterdir():
+        if item.name.startswith(("tokenizer", "chat_template", "special_tokens")):
+            shutil.copy2(item, folder / item.name)
+    (folder / "coderl-tiny.json").write_text(json.dumps({"shape": SHAPE, "seed": 0}))
 
 
 def tiny_flag() -> str:

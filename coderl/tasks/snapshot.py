@@ -31,10 +31,14 @@ def snapshot_dir(key: str) -> Path:
 
 
 def materialised(key: str, build: Callable[[Path], None]) -> Path:
-    """The snapshot folder ``key`` names, made once: ``build(folder)`` fills a fresh folder beside it,
-    which is then renamed into place (a reader never sees half of one; when two processes build the same
-    key, the first rename wins and the other's copy goes)."""
-    target = snapshot_dir(key)
+    """The snapshot folder ``key`` names, made once (:func:`materialised_at`)."""
+    return materialised_at(snapshot_dir(key), build)
+
+
+def materialised_at(target: Path, build: Callable[[Path], None]) -> Path:
+    """The folder ``target``, made once: ``build(folder)`` fills a fresh folder beside it, which is then
+    renamed into place (a reader never sees half of one; when two processes build the same folder, the
+    first rename wins and the other's copy goes)."""
     if target.is_dir():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
