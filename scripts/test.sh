@@ -65,8 +65,9 @@ echo "[test] mypy"; "$PY" -m mypy
 # Two pytest workers (pytest-xdist), each test file whole on one worker: much of the suite waits on
 # processes, servers and sandboxes, so two at once finish it in about two thirds of the time on 2 cores
 # (pytest 15.9 min against 24.1 in one process, fresh virtualenv, 2026-11-27). PYTEST_WORKERS=1 runs
-# it in one process. OpenMP threads spin briefly (coderl.threads.spin_briefly; the pytest process imports torch before coderl could set it):
-# with libgomp's default, a worker's torch threads spin on the cores the other worker's need.
+# it in one process. OpenMP threads spin briefly (coderl.threads.spin_briefly; the pytest process
+# imports torch before coderl could set it): with libgomp's default, a worker's torch threads spin on
+# the cores the other worker's need.
 export GOMP_SPINCOUNT="${GOMP_SPINCOUNT:-1000}"
 WORKERS="${PYTEST_WORKERS:-2}"
 PARALLEL=()
