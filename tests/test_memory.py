@@ -53,15 +53,19 @@ def test_the_threshold_setting_is_checked_and_a_user_setting_stands() -> None:
 
 
 def test_a_phase_peak_starts_again_at_each_mark_and_the_process_peak_stays() -> None:
-    import ctypes
+    import mmap
 
     peaks = PhasePeaks(every_s=0.01)
     try:
         assert rss_mb() > 10 and peak_rss_mb() >= rss_mb()
-        block = ctypes.create_string_buffer(200 << 20)  # touched: resident
+        # a mapping of its own, not malloc's: freeing it unmaps it whatever the process's heap holds (in a
+        # pytest worker that ran other tests first, malloc may keep a freed block in its heap)
+        block = mmap.mmap(-1, 200 << 20)
+        for page in range(0, 200 << 20, mmap.PAGESIZE):
+            block[page] = 1  # touched: resident
         high = peaks.mark()
         assert high > rss_mb() - 20 and high >= 200
-        del block
+        block.close()
         peaks.mark()  # this phase began with the block still resident
         assert peaks.mark() < high - 150  # the next one began without it
         assert peak_rss_mb() >= high - 5  # (its counters lag a little) the kernel's high-water mark (what /usr/bin/time reads) is untouched
