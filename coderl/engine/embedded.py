@@ -39,11 +39,16 @@ from coderl.engine.sampler import SampleRequest, sample
 from coderl.engine.stops import StopWatch
 from coderl.engine.weights import load_weights
 from coderl.errors import EngineError, EngineUnavailableError, PromptTooLongError
-from coderl.threads import in_own_thread
+from coderl.threads import in_own_thread, release_free_memory
 from coderl.tokens import common_prefix
 from coderl.types import Completion
 
 log = logging.getLogger(__name__)
+
+TRIM_EVERY_S = 10.0
+"""While it serves, the engine thread hands its arena's free pages back at most this often (and each
+time it runs out of work): a sequence's KV grows by reallocation and is freed when the sequence ends,
+and glibc keeps what a thread freed resident in that thread's arena."""
 
 MIN_SHARED = 32
 """Shortest prompt prefix worth taking from another session (or waiting for), in tokens."""
@@ -349,7 +354,11 @@ class EmbeddedEngine(Engine):
 
     def _serve(self) -> None:
         torch.set_grad_enabled(False)
+        trimmed = time.monotonic()
         while True:
+            if time.monotonic() - trimmed > TRIM_EVERY_S or not (self._inbox or self._waiting or self._running):
+                release_free_memory()  # see TRIM_EVERY_S
+                trimmed = time.monotonic()
             with self._cond:
                 while not (self._stopping or self._inbox or self._waiting or self._running or self._updates):
                     self._cond.wait()

@@ -50,10 +50,12 @@ class PolicyModel:
         return holder
 
     def autocast(self) -> contextlib.AbstractContextManager[Any]:
-        """bf16/fp16 autocast for the forward, or nothing in float32."""
+        """bf16/fp16 autocast for the forward, or nothing in float32. Its cache of cast weights is off:
+        it would hold a bf16 copy of every weight until the forward ends, where gradient checkpointing
+        needs each layer's only for that layer (the backward pass casts again as it recomputes)."""
         if self.compute_dtype == torch.float32:
             return contextlib.nullcontext()
-        return torch.autocast(device_type=self.device.type, dtype=self.compute_dtype)
+        return torch.autocast(device_type=self.device.type, dtype=self.compute_dtype, cache_enabled=False)
 
     @contextlib.contextmanager
     def forwarded(self, reference: bool) -> Iterator[tuple[Any, PackedDecoder]]:
