@@ -495,3 +495,16 @@ def test_shared_prefix_forward_equals_the_unshared_one(chat_prompts: list[list[i
     for name, p in shared.trainable_parameters():
         assert p.grad is not None and grads[name].grad is not None
         assert torch.allclose(p.grad, grads[name].grad, atol=1e-5, rtol=1e-3), name
+
+
+def test_a_step_hands_the_heap_back_after_each_micro_batch_and_after_the_optimizer(
+    batch: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sequences, starts = [batch[0][i] for i in (0, 3, 1)], [batch[1][i] for i in (0, 3, 1)]
+    actor = make_actor(micro_batch_tokens=80, share_prefix=False, dtype="bfloat16")  # two micro-batches
+    calls: list[int] = []
+    monkeypatch.setattr("coderl.train.actor.release_free_memory", lambda: calls.append(1))
+    metrics = actor.train_step(sequences, starts, 1.0, nll_loss(sequences, starts))
+    assert metrics["micro_batches"] == 2 and len(calls) == 3
+    with actor._require().autocast():  # no cached bf16 copy of every weight for the whole forward
+        assert torch.is_autocast_enabled("cpu") and not torch.is_autocast_cache_enabled()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -186,6 +187,29 @@ async def test_prefix_cache_is_lru_bounded() -> None:
         stats = eng.stats()
         assert stats["prefix_cache_mb"] <= 30
         assert eng.has_session("s3") and not eng.has_session("s0")
+    finally:
+        await eng.stop()
+
+
+async def test_the_engine_thread_hands_its_free_heap_back_when_it_runs_out_of_work(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What finished sequences freed stays in the engine thread's glibc arena unless returned."""
+    trims: list[str] = []
+    monkeypatch.setattr(
+        "coderl.engine.embedded.release_free_memory", lambda: trims.append(threading.current_thread().name)
+    )
+    eng = EmbeddedEngine(EngineConfig(), ModelConfig())
+    await eng.start()
+    try:
+        await eng.generate([1, 2, 3], SamplingParams(max_tokens=4, temperature=0))
+        before = len(trims)
+        await eng.generate([1, 2, 4], SamplingParams(max_tokens=4, temperature=0))
+        for _ in range(100):  # the thread trims once the request is answered and nothing waits
+            if len(trims) > before:
+                break
+            await asyncio.sleep(0.01)
+        assert len(trims) > before and set(trims) == {eng._thread.name if eng._thread else ""}
     finally:
         await eng.stop()
 
