@@ -17,7 +17,7 @@ Memory: a step allocates and frees gigabytes (activations per micro-batch, the g
 keeps what it freed resident in its heap, fragmented, so that the next micro-batch adds to it rather
 than reusing it. The C heap's free pages go back to the system after each micro-batch and after the
 optimizer step (``malloc_trim``, milliseconds): the warm start's full-weight actor alone, with gradient
-checkpointing, peaked at 4.9 GB in its sixth step without that and 3.9 GB with it (2 cores,
+checkpointing, peaked at 4.9 GB in its sixth step without that and 4.3 GB with it (2 cores,
 2026-11-27), its steps as fast.
 
 LoRA uses peft; the reference policy is then the same model with its adapters disabled. With full
