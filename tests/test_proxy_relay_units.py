@@ -142,6 +142,9 @@ def relay_cfg(**kw: Any) -> ProxyConfig:
 Behaviour = Callable[["FakeWorker", Any], Any]
 
 
+WORKER_TASKS: list["asyncio.Task[None]"] = []  # cancelled when their hub closes, never left to the GC
+
+
 class FakeWorker:
     """Reads one link's outbox like a worker would: answers pings; ``behaviour`` decides the rest
     (default: answer each generate at once with the worker's name encoded as token ids)."""
@@ -159,6 +162,7 @@ class FakeWorker:
         self.update_fails = False
         self.token = int(name[-1])
         self.task = asyncio.create_task(self._run())
+        WORKER_TASKS.append(self.task)
 
     def reply(self, message: Any) -> None:
         self.engine.receive(self.link, encode(message))
@@ -196,6 +200,11 @@ async def hub(**kw: Any) -> AsyncIterator[RelayEngine]:
         yield engine
     finally:
         await engine.stop()
+        tasks = WORKER_TASKS[:]
+        WORKER_TASKS.clear()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def until(condition: Callable[[], bool], timeout_s: float = 2.0) -> None:
