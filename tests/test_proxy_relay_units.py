@@ -142,7 +142,7 @@ def relay_cfg(**kw: Any) -> ProxyConfig:
 Behaviour = Callable[["FakeWorker", Any], Any]
 
 
-WORKER_TASKS: list["asyncio.Task[None]"] = []  # cancelled when their hub closes, never left to the GC
+WORKER_TASKS: list[asyncio.Task[None]] = []  # cancelled when their hub closes, never left to the GC
 
 
 class FakeWorker:
