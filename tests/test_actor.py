@@ -173,6 +173,29 @@ def test_train_step_lowers_the_loss(batch: Any, hf_model: Any) -> None:
         make_actor().score([seq], [start], 1.0, reference=True)
 
 
+def test_a_phase_with_frozen_embeddings_leaves_the_vocabulary_rows_alone_and_the_next_trains_them(
+    batch: Any,
+) -> None:
+    sequences, starts = batch
+    actor = make_actor(lr=1e-3, micro_batch_tokens=512)
+    model = actor.model
+    embedding = model.get_input_embeddings().weight
+    assert model.config.tie_word_embeddings and model.get_output_embeddings().weight is embedding
+    layer = model.model.layers[0].mlp.down_proj.weight
+    actor.reset_optimizer(lr=1e-3, frozen_embeddings=True)
+    optimized = {id(p) for g in actor.optimizer.param_groups for p in g["params"]}  # type: ignore[union-attr]
+    assert id(embedding) not in optimized and id(layer) in optimized
+    before_embedding, before_layer = embedding.detach().clone(), layer.detach().clone()
+    actor.train_step(sequences, starts, 1.0, nll_loss(sequences, starts))
+    assert embedding.grad is None and torch.equal(embedding, before_embedding)  # no moments, no update
+    assert not torch.equal(layer, before_layer)
+    actor.reset_optimizer()  # the next phase trains the embedding again
+    optimized = {id(p) for g in actor.optimizer.param_groups for p in g["params"]}  # type: ignore[union-attr]
+    assert embedding.requires_grad and id(embedding) in optimized
+    actor.train_step(sequences, starts, 1.0, nll_loss(sequences, starts))
+    assert not torch.equal(embedding, before_embedding)
+
+
 @pytest.mark.slow
 def test_gradient_accumulation_equals_one_micro_batch(batch: Any) -> None:
     sequences, starts = [batch[0][i] for i in (0, 3, 1)], [batch[1][i] for i in (0, 3, 1)]

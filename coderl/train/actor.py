@@ -82,7 +82,7 @@ class Policy(Protocol):
 
     def setup(self) -> None: ...
 
-    def reset_optimizer(self, lr: float | None = None) -> None: ...
+    def reset_optimizer(self, lr: float | None = None, frozen_embeddings: bool = False) -> None: ...
 
     def snapshot_reference(self) -> None: ...
 
@@ -158,6 +158,7 @@ class Actor:
         self._policy: PolicyModel | None = None
         self.optimizer: torch.optim.AdamW | None = None
         self.scheduler: torch.optim.lr_scheduler.LambdaLR | None = None
+        self._thaw: torch.nn.Parameter | None = None  # the embedding a phase froze (reset_optimizer)
 
     # ------------------------------------------------------------------ set-up
 
@@ -180,11 +181,24 @@ class Actor:
             + (", value head" if policy.value_head is not None else ""),
         )
 
-    def reset_optimizer(self, lr: float | None = None) -> None:
+    def reset_optimizer(self, lr: float | None = None, frozen_embeddings: bool = False) -> None:
         """A fresh AdamW and learning-rate schedule at ``lr`` (default ``actor.lr``), step count 0: a
-        new phase of training (supervised warm start, then RL) starts without the last one's moments."""
+        new phase of training (supervised warm start, then RL) starts without the last one's moments.
+
+        ``frozen_embeddings``: the input embedding (with tied embeddings also the output projection)
+        is not trained in this phase: no gradient, no AdamW moments for it (for SmolLM2-135M 28M of
+        its 135M parameters, ~0.45 GB at float32), and the vocabulary projection's weight gradient is
+        never computed. The next reset without it trains the embedding again, unless something else
+        (LoRA) had frozen it."""
         cfg = self.cfg
         policy = self._require()
+        embedding = policy.hf.get_input_embeddings().weight
+        if frozen_embeddings and embedding.requires_grad:
+            embedding.requires_grad_(False)
+            self._thaw = embedding
+        elif not frozen_embeddings and self._thaw is not None:
+            self._thaw.requires_grad_(True)
+            self._thaw = None
         groups: list[dict[str, Any]] = [{"params": [p for p in policy.hf.parameters() if p.requires_grad]}]
         if policy.value_head is not None:
             groups.append({"params": list(policy.value_head.parameters()), "lr": cfg.value_lr})

@@ -280,9 +280,9 @@ class ShardedActor:
         results: list[Any] = self._ranks.call(method, args, kwargs)
         return results
 
-    def reset_optimizer(self, lr: float | None = None) -> None:
+    def reset_optimizer(self, lr: float | None = None, frozen_embeddings: bool = False) -> None:
         """A fresh AdamW and schedule on every rank (see :meth:`Actor.reset_optimizer`)."""
-        self._call("reset_optimizer", lr)
+        self._call("reset_optimizer", lr, frozen_embeddings)
         self._step = 0
 
     def snapshot_reference(self) -> None:

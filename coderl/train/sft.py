@@ -154,7 +154,7 @@ def train_sft(
     pool = list(demos)
     if sft.max_demos is not None and len(pool) > sft.max_demos:
         pool = rng.sample(pool, sft.max_demos)
-    actor.reset_optimizer(lr=sft.lr)
+    actor.reset_optimizer(lr=sft.lr, frozen_embeddings=sft.freeze_embeddings)
     rows: list[dict[str, Any]] = []
     for epoch in range(sft.epochs):
         order = pool[:]
