@@ -317,6 +317,38 @@ async def test_an_interrupting_update_moves_running_requests_to_the_new_weights(
         await eng.stop()
 
 
+async def test_released_weights_leave_memory_until_a_full_update_brings_them_back(
+    chat_prompts: list[list[int]],
+) -> None:
+    from coderl.memory import rss_mb
+
+    eng = EmbeddedEngine(EngineConfig(max_batch_size=4), ModelConfig())
+    await eng.start()
+    try:
+        params = SamplingParams(max_tokens=12, temperature=0, ignore_eos=True)
+        before = await eng.generate(chat_prompts[1], params)
+        state = {k: v.clone() for k, v in eng.runner.model.state_dict().items()}
+        weight_mb = sum(p.numel() * p.element_size() for p in eng.runner.model.parameters()) / 2**20
+        running = asyncio.create_task(eng.generate(chat_prompts[0], SamplingParams(max_tokens=24, ignore_eos=True)))
+        while eng.stats()["running"] == 0:
+            await asyncio.sleep(0.005)
+        rss = rss_mb()
+        assert await eng.release_weights()
+        assert len((await running).token_ids) == 24  # what was generating finished first
+        assert eng.stats()["weights_released"] and all(p.numel() == 0 for p in eng.runner.model.parameters())
+        assert rss - rss_mb() > 0.5 * weight_mb, (rss, rss_mb(), weight_mb)  # back to the system
+        with pytest.raises(EngineError, match="released"):
+            await eng.generate(chat_prompts[1], params)
+        with pytest.raises(EngineError, match="lack"):  # a partial update cannot bring them back
+            await eng.update_weights({"model.norm.weight": state["model.norm.weight"]})
+        assert eng.stats()["weights_released"]
+        version = await eng.update_weights(state)
+        assert not eng.stats()["weights_released"] and eng.policy_version == version
+        assert (await eng.generate(chat_prompts[1], params)).token_ids == before.token_ids
+    finally:
+        await eng.stop()
+
+
 async def test_bad_weights_are_rejected_without_change(engine: EmbeddedEngine) -> None:
     v0 = engine.policy_version
     with pytest.raises(EngineError, match="names the model does not"):

@@ -233,6 +233,7 @@ def test_warm_start_then_rl(tmp_path: Path, tiny_model: Path) -> None:
         assert guided == (0 if t["task_id"] in solved else 1), (t["task_id"], solved)
     warm = rows[1]
     assert warm["sft_demos"] >= 1 and warm["sft_steps"] >= 1 and warm["policy_version"] == 1
+    assert warm["sft_engine_released"]  # the engine held no weights while the actor trained
     sources = warm["sft_sources"][f"gold:{suite}"]
     assert (
         sources["held_out_skipped"] >= 1

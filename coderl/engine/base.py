@@ -67,6 +67,12 @@ class Engine(abc.ABC):
     async def update_weights(self, weights: Mapping[str, torch.Tensor] | str | Path) -> int:
         """Swap in new weights between requests; returns the new policy version."""
 
+    async def release_weights(self) -> bool:
+        """Let go of the weights until the next :meth:`update_weights` brings a full set (a phase that
+        generates nothing, such as a supervised warm start, whose end replaces them anyway); requests
+        meanwhile fail. Whether anything was let go: engines that cannot keep their weights (False)."""
+        return False
+
     async def load_lora_adapter(self, path: str | Path) -> int:
         """Serve base + the LoRA adapter in the peft folder ``path`` (replacing any adapter loaded
         before); returns the new policy version. Engines without LoRA support raise EngineError."""
@@ -128,6 +134,9 @@ class EngineView(Engine):
 
     async def update_weights(self, weights: Mapping[str, torch.Tensor] | str | Path) -> int:
         return await self.inner.update_weights(weights)
+
+    async def release_weights(self) -> bool:
+        return await self.inner.release_weights()
 
     async def load_lora_adapter(self, path: str | Path) -> int:
         return await self.inner.load_lora_adapter(path)

@@ -90,7 +90,8 @@ class _Request:
 
 @dataclass(eq=False)
 class _WeightUpdate:
-    weights: Mapping[str, torch.Tensor] | str | Path
+    weights: Mapping[str, torch.Tensor] | str | Path | None
+    """None: let go of the weights (:meth:`EmbeddedEngine.release_weights`)."""
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future[int]
 
@@ -124,6 +125,8 @@ class EmbeddedEngine(Engine):
         self._waiting: deque[_Request] = deque()
         self._running: list[_Request] = []
         self._updates: deque[_WeightUpdate] = deque()
+        self._released: dict[str, torch.Size] | None = None
+        """Parameter shapes while the weights are let go (release_weights); None while they are held."""
         self._prefix = PrefixCache(engine.prefix_cache_mb * 2**20)
         self._rows: KVRows | None = None
         self._decode_step: DecodeStep | None = None
@@ -228,6 +231,7 @@ class EmbeddedEngine(Engine):
                 "running": len(self._running),
                 "waiting": len(self._waiting) + sum(isinstance(x, _Request) for x in self._inbox),
                 "policy_version": self._version,
+                "weights_released": self._released is not None,
                 "prefix_cache_entries": len(self._prefix),
                 "prefix_cache_mb": self._prefix.nbytes / 2**20,
                 "prefix_cache_hits": self._prefix.hits,
@@ -332,6 +336,19 @@ class EmbeddedEngine(Engine):
             self._inbox.append(_EndSession(session_id))
             self._cond.notify_all()
 
+    async def release_weights(self) -> bool:
+        """Let go of the weights (their memory goes back to the system) once nothing is generating;
+        the next :meth:`update_weights` brings a full set back. Meanwhile a request fails at once."""
+        if self._thread is None:
+            raise EngineUnavailableError(f"{self.name} is not started")
+        loop = asyncio.get_running_loop()
+        upd = _WeightUpdate(None, loop, loop.create_future())
+        with self._cond:
+            self._inbox.append(upd)
+            self._cond.notify_all()
+        await upd.future
+        return True
+
     async def update_weights(self, weights: Mapping[str, torch.Tensor] | str | Path) -> int:
         if self._thread is None:
             raise EngineUnavailableError(f"{self.name} is not started")
@@ -373,7 +390,14 @@ class EmbeddedEngine(Engine):
                     else:
                         self._waiting.append(item)
             self._drop_cancelled()
-            if self._updates and (not self._running or self.cfg.update_mode == "interrupt"):
+            if self._updates and self._updates[0].weights is None and not self._running:
+                self._release(self._updates.popleft())
+                continue
+            if (
+                self._updates
+                and self._updates[0].weights is not None
+                and (not self._running or self.cfg.update_mode == "interrupt")
+            ):
                 if self._apply_update(self._updates.popleft()):
                     for req in self._running:  # partial rollouts: their KV was the old weights'
                         assert req.kv is not None
@@ -404,6 +428,14 @@ class EmbeddedEngine(Engine):
                 self._finish(req, "abort")
 
     def _admit(self) -> None:
+        if self._released is not None:
+            while self._waiting:
+                req = self._waiting.popleft()
+                error = EngineError(
+                    f"{self.name}: its weights are released (release_weights); update_weights brings them back"
+                )
+                _resolve(req.loop, req.future, error=error)
+            return
         deferred: list[_Request] = []
         while self._waiting and len(self._running) < self.cfg.max_batch_size:
             req = self._waiting.popleft()
@@ -536,16 +568,49 @@ class EmbeddedEngine(Engine):
         )
         _resolve(req.loop, req.future, result=completion)
 
+    def _release(self, upd: _WeightUpdate) -> None:
+        """Empty every parameter (shapes kept aside) and the cached KV, computed by those weights."""
+        model = self.runner.model
+        if self._released is None:
+            self._released = {name: p.shape for name, p in model.named_parameters()}
+            for p in model.parameters():
+                p.data = torch.empty(0, dtype=p.dtype, device=p.device)
+            self._prefix.clear()
+            release_free_memory()
+            log.info("%s: weights released until the next update", self.name)
+        _resolve(upd.loop, upd.future, result=self._version)
+
+    def _restore_shapes(self) -> None:
+        """Released weights get storage of their shapes again, for an update to fill."""
+        assert self._released is not None
+        params = dict(self.runner.model.named_parameters())
+        for name, shape in self._released.items():
+            p = params[name]
+            p.data = torch.empty(shape, dtype=p.dtype, device=p.device)
+
     def _apply_update(self, upd: _WeightUpdate) -> bool:
         """Load the update's weights; False (the caller told why) when they do not load."""
+        assert upd.weights is not None
+        released = self._released is not None
         try:
+            if released:
+                self._restore_shapes()
             load_weights(self.runner.model, upd.weights)
         except Exception as exc:
+            if released:  # nothing was loaded (load_weights checks first): still without weights
+                for p in self.runner.model.parameters():
+                    p.data = torch.empty(0, dtype=p.dtype, device=p.device)
             _resolve(
                 upd.loop, upd.future, error=exc if isinstance(exc, EngineError) else EngineError(str(exc))
             )
             return False
         self._prefix.clear()  # cached KV was computed by the old weights
+        if released:
+            self._released = None
+            from coderl.engine.cuda_graphs import DecodeGraphs
+
+            if isinstance(self._decode_step, DecodeGraphs):  # captured graphs read the old storage
+                self._decode_step = DecodeGraphs(self.runner, self._decode_step.rows)
         self._version += 1
         log.info("%s: weights updated, policy v%d", self.name, self._version)
         _resolve(upd.loop, upd.future, result=self._version)

@@ -190,6 +190,11 @@ class Router(Engine):
     async def update_weights(self, weights: Mapping[str, torch.Tensor] | str | Path) -> int:
         return await self.push("weights", lambda _, r: r.update_weights(weights))
 
+    async def release_weights(self) -> bool:
+        """Every live replica lets go of its weights; the next ``weights`` update brings them back."""
+        live = [r for r, ok in zip(self.replicas, self._alive, strict=True) if ok]
+        return any(await asyncio.gather(*(r.release_weights() for r in live)))
+
     async def load_lora_adapter(self, path: str | Path) -> int:
         return await self.push("adapter", lambda _, r: r.load_lora_adapter(path))
 

@@ -354,6 +354,8 @@ class Trainer:
         check_demos(demos, made)
         write_demonstrated(self.run_dir, demos)
         self.demonstrated = {d.task_id for d in demos}
+        assert self.engine is not None
+        released = await self.engine.release_weights()  # nothing samples until the sync below replaces them
         bar = progress.add_task("supervised warm start", total=sft_steps(len(demos), cfg.sft), info="")
         nll: list[float] = []
 
@@ -378,7 +380,7 @@ class Trainer:
         row: dict[str, Any] = {
             "step": 0, "phase": "sft", "policy_version": self.version, "sft_demos": len(demos),
             "sft_steps": len(sft_rows), "sft_nll_first": nll[0], "sft_nll_last": nll[-1], "sft_sources": made,
-            "sft_rss_peak_mb": sft_peak,
+            "sft_rss_peak_mb": sft_peak, "sft_engine_released": released,
         }  # fmt: skip
         self.console.print(
             f"warm start: {len(demos)} demonstrations, {len(sft_rows)} steps, nll {nll[0]:.3f} -> {nll[-1]:.3f}"
