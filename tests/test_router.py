@@ -105,6 +105,19 @@ async def test_update_weights_reaches_every_live_replica() -> None:
     assert [r.policy_version for r in reps] == [1, 1] and router.policy_version == 1
 
 
+async def test_release_weights_reaches_every_live_replica_and_says_whether_one_let_go() -> None:
+    released: list[str] = []
+
+    class Releasing(ScriptedEngine):
+        async def release_weights(self) -> bool:
+            released.append(self.name)
+            return True
+
+    assert not await Router([ScriptedEngine(name="a"), ScriptedEngine(name="b")]).release_weights()  # kept
+    assert await Router([ScriptedEngine(name="a"), Releasing(name="b"), Releasing(name="c")]).release_weights()
+    assert released == ["b", "c"]
+
+
 async def _until_alive(router: Router, idx: int) -> None:
     for _ in range(100):
         if router.stats()["replicas"][idx]["alive"]:
