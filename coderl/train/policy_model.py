@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -156,4 +157,6 @@ def _inject_lora(cfg: ActorConfig, hf: Any) -> Any:
         bias="none",
         layers_to_transform=None if cfg.lora_layers is None else list(range(layers - cfg.lora_layers, layers)),
     )
-    return get_peft_model(hf, lora)
+    with warnings.catch_warnings():  # peft reads transformers' deprecated alias; nothing for a user to do
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+        return get_peft_model(hf, lora)
