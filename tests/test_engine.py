@@ -317,25 +317,37 @@ async def test_an_interrupting_update_moves_running_requests_to_the_new_weights(
         await eng.stop()
 
 
+@pytest.mark.parametrize("decode", ["per_sequence", "padded_steps"])
 async def test_released_weights_leave_memory_until_a_full_update_brings_them_back(
-    chat_prompts: list[list[int]],
+    chat_prompts: list[list[int]], decode: str
 ) -> None:
+    """padded_steps: batched rows and the CUDA-graph path's padded decode steps, run eagerly (no GPU
+    here): the release gives the engine fresh ones, since captured graphs read the old storage."""
+    from coderl.engine.cuda_graphs import DecodeGraphs
     from coderl.memory import rss_mb
 
-    eng = EmbeddedEngine(EngineConfig(max_batch_size=4), ModelConfig())
+    attention = "batched" if decode == "padded_steps" else "per_sequence"
+    eng = EmbeddedEngine(EngineConfig(max_batch_size=4, decode_attention=attention), ModelConfig(device="cpu"))
     await eng.start()
     try:
+        if decode == "padded_steps":
+            assert eng._rows is not None
+            eng._decode_step = DecodeGraphs(eng.runner, eng._rows, capture=False)
         params = SamplingParams(max_tokens=12, temperature=0, ignore_eos=True)
         before = await eng.generate(chat_prompts[1], params)
         state = {k: v.clone() for k, v in eng.runner.model.state_dict().items()}
         weight_mb = sum(p.numel() * p.element_size() for p in eng.runner.model.parameters()) / 2**20
         running = asyncio.create_task(eng.generate(chat_prompts[0], SamplingParams(max_tokens=24, ignore_eos=True)))
-        while eng.stats()["running"] == 0:
+        for _ in range(2000):
+            if eng.stats()["running"] or running.done():
+                break
             await asyncio.sleep(0.005)
         rss = rss_mb()
         assert await eng.release_weights()
         assert len((await running).token_ids) == 24  # what was generating finished first
         assert eng.stats()["weights_released"] and all(p.numel() == 0 for p in eng.runner.model.parameters())
+        if decode == "padded_steps":
+            assert isinstance(eng._decode_step, DecodeGraphs) and len(eng._decode_step._graphs) == 0
         assert rss - rss_mb() > 0.5 * weight_mb, (rss, rss_mb(), weight_mb)  # back to the system
         with pytest.raises(EngineError, match="released"):
             await eng.generate(chat_prompts[1], params)

@@ -337,10 +337,11 @@ class EmbeddedEngine(Engine):
             self._cond.notify_all()
 
     async def release_weights(self) -> bool:
-        """Let go of the weights (their memory goes back to the system) once nothing is generating;
-        the next :meth:`update_weights` brings a full set back. Meanwhile a request fails at once."""
-        if self._thread is None:
-            raise EngineUnavailableError(f"{self.name} is not started")
+        """Let go of the weights (their memory goes back to the system) once the running requests have
+        finished; the next :meth:`update_weights` brings a full set back. Requests still waiting then,
+        and those that come before that update, fail at once."""
+        if self._thread is None or self._stopping or not self._thread.is_alive():
+            raise EngineUnavailableError(f"{self.name} is not running")
         loop = asyncio.get_running_loop()
         upd = _WeightUpdate(None, loop, loop.create_future())
         with self._cond:
@@ -576,6 +577,13 @@ class EmbeddedEngine(Engine):
             for p in model.parameters():
                 p.data = torch.empty(0, dtype=p.dtype, device=p.device)
             self._prefix.clear()
+            from coderl.engine.cuda_graphs import DecodeGraphs
+
+            if isinstance(self._decode_step, DecodeGraphs):  # its graphs read the old storage: new ones
+                old = self._decode_step
+                self._decode_step = DecodeGraphs(self.runner, old.rows, capture=old.capture)
+            if self.runner.device.type == "cuda":
+                torch.cuda.empty_cache()
             release_free_memory()
             log.info("%s: weights released until the next update", self.name)
         _resolve(upd.loop, upd.future, result=self._version)
@@ -605,12 +613,7 @@ class EmbeddedEngine(Engine):
             )
             return False
         self._prefix.clear()  # cached KV was computed by the old weights
-        if released:
-            self._released = None
-            from coderl.engine.cuda_graphs import DecodeGraphs
-
-            if isinstance(self._decode_step, DecodeGraphs):  # captured graphs read the old storage
-                self._decode_step = DecodeGraphs(self.runner, self._decode_step.rows)
+        self._released = None
         self._version += 1
         log.info("%s: weights updated, policy v%d", self.name, self._version)
         _resolve(upd.loop, upd.future, result=self._version)

@@ -192,8 +192,12 @@ class Router(Engine):
 
     async def release_weights(self) -> bool:
         """Every live replica lets go of its weights; the next ``weights`` update brings them back."""
-        live = [r for r, ok in zip(self.replicas, self._alive, strict=True) if ok]
-        return any(await asyncio.gather(*(r.release_weights() for r in live)))
+        live = [i for i, ok in enumerate(self._alive) if ok]
+        results = await asyncio.gather(*(self.replicas[i].release_weights() for i in live), return_exceptions=True)
+        for i, res in zip(live, results, strict=True):
+            if isinstance(res, BaseException):  # it keeps its weights, or is gone: memory, not correctness
+                log.warning("%s did not release its weights: %s", self.replicas[i].name, res)
+        return any(res is True for res in results)
 
     async def load_lora_adapter(self, path: str | Path) -> int:
         return await self.push("adapter", lambda _, r: r.load_lora_adapter(path))
