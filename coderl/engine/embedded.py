@@ -340,19 +340,18 @@ class EmbeddedEngine(Engine):
         """Let go of the weights (their memory goes back to the system) once the running requests have
         finished; the next :meth:`update_weights` brings a full set back. Requests still waiting then,
         and those that come before that update, fail at once."""
-        if self._thread is None or self._stopping or not self._thread.is_alive():
-            raise EngineUnavailableError(f"{self.name} is not running")
-        loop = asyncio.get_running_loop()
-        upd = _WeightUpdate(None, loop, loop.create_future())
-        with self._cond:
-            self._inbox.append(upd)
-            self._cond.notify_all()
-        await upd.future
+        await self._queue_update(None)
         return True
 
     async def update_weights(self, weights: Mapping[str, torch.Tensor] | str | Path) -> int:
+        return await self._queue_update(weights)
+
+    async def _queue_update(self, weights: Mapping[str, torch.Tensor] | str | Path | None) -> int:
+        """Hand a weight update (None: a release) to the engine thread; its policy version after it."""
         if self._thread is None:
             raise EngineUnavailableError(f"{self.name} is not started")
+        if self._stopping or not self._thread.is_alive():
+            raise EngineUnavailableError(f"{self.name} is not running")
         loop = asyncio.get_running_loop()
         upd = _WeightUpdate(weights, loop, loop.create_future())
         with self._cond:
@@ -571,11 +570,9 @@ class EmbeddedEngine(Engine):
 
     def _release(self, upd: _WeightUpdate) -> None:
         """Empty every parameter (shapes kept aside) and the cached KV, computed by those weights."""
-        model = self.runner.model
         if self._released is None:
-            self._released = {name: p.shape for name, p in model.named_parameters()}
-            for p in model.parameters():
-                p.data = torch.empty(0, dtype=p.dtype, device=p.device)
+            self._released = {name: p.shape for name, p in self.runner.model.named_parameters()}
+            self._empty_parameters()
             self._prefix.clear()
             from coderl.engine.cuda_graphs import DecodeGraphs
 
@@ -587,6 +584,10 @@ class EmbeddedEngine(Engine):
             release_free_memory()
             log.info("%s: weights released until the next update", self.name)
         _resolve(upd.loop, upd.future, result=self._version)
+
+    def _empty_parameters(self) -> None:
+        for p in self.runner.model.parameters():
+            p.data = torch.empty(0, dtype=p.dtype, device=p.device)
 
     def _restore_shapes(self) -> None:
         """Released weights get storage of their shapes again, for an update to fill."""
@@ -606,8 +607,7 @@ class EmbeddedEngine(Engine):
             load_weights(self.runner.model, upd.weights)
         except Exception as exc:
             if released:  # nothing was loaded (load_weights checks first): still without weights
-                for p in self.runner.model.parameters():
-                    p.data = torch.empty(0, dtype=p.dtype, device=p.device)
+                self._empty_parameters()
             _resolve(
                 upd.loop, upd.future, error=exc if isinstance(exc, EngineError) else EngineError(str(exc))
             )

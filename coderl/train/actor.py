@@ -188,8 +188,8 @@ class Actor:
         ``frozen_embeddings``: the input embedding (with tied embeddings also the output projection)
         is not trained in this phase: no gradient, no AdamW moments for it (for SmolLM2-135M 28M of
         its 135M parameters, ~0.45 GB at float32), and where the output projection is tied to it its
-        weight gradient is never computed (an untied one is still trained). The next reset without it trains the embedding again, unless something else
-        (LoRA) had frozen it."""
+        weight gradient is never computed (an untied one is still trained). The next reset without
+        it trains the embedding again, unless something else (LoRA) had frozen it."""
         cfg = self.cfg
         policy = self._require()
         embedding = policy.hf.get_input_embeddings().weight
