@@ -254,13 +254,16 @@ def test_async_training_never_trains_a_sample_older_than_max_staleness(tmp_path:
     out = _finish(
         _train(
             *SMALL, "rollout.agent=swe", "rollout.tools=[show_function,replace_function,submit]",
-            "rollout.max_tokens=16", "rollout.max_turns=2", "train.steps=2", "train.mode=async",
+            "rollout.max_tokens=16", "rollout.max_turns=2", "train.steps=5", "train.mode=async",
             "train.max_staleness=1", f"run.dir={run}", f"model.path={tiny_model}",
+            "train.rl_minutes=1e-6",  # the budget ends the run at step 2 (step 1 alone is no mean)
         )
     )  # fmt: skip
-    assert "report:" in out
+    assert "report:" in out and "RL stopped after step 2 of 5" in out
     rows = checkpoints.read_metrics(run / "metrics.jsonl")
-    assert [r["step"] for r in rows] == [1, 2]
+    assert [r["step"] for r in rows] == [1, 2] and rows[1]["last_step"] and "last_step" not in rows[0]
+    found = checkpoints.latest(run)  # the last step saved, as step train.steps would have
+    assert found is not None and found[1]["step"] == 2
     trained_at = {r["step"]: r["policy_version"] - (1 if r["trained_samples"] else 0) for r in rows}
     for row in rows:
         assert row["token_mismatch"] == 0 and row["samples"] >= 2

@@ -8,12 +8,15 @@ from pathlib import Path
 
 import pytest
 import torch
+from pydantic import ValidationError
 
 from coderl.engine.params import SamplingParams
 from coderl.engine.scripted import ScriptedEngine
 from coderl.rl import AlgoConfig
 from coderl.train import checkpoints
 from coderl.train.batch import BatchLoss, build_batch, merged_metrics, mini_batches
+from coderl.train.budget import RLBudget
+from coderl.train.config import TrainConfig
 from coderl.train.ledger import SampledLedger
 from coderl.train.loggers import flatten
 from coderl.train.report import write_report
@@ -418,3 +421,20 @@ def test_phase_memory_by_hand() -> None:
         ("calibration", 2700.0), ("RL steps", 5600.0),
     ]  # fmt: skip
     assert phase_memory([{"step": 1, "pass_rate": 0.0}]) == []  # a run from before: nothing printed
+
+
+def test_the_rl_budget_ends_on_the_step_whose_expected_end_passes_it() -> None:
+    now = [0.0]
+    budget = RLBudget(minutes=1.0, steps=10, clock=lambda: now[0])
+    assert not budget.last(1)  # no step yet: no mean to judge by
+    now[0] = 20.0
+    budget.done()
+    assert not budget.last(2)  # 20 s spent + 20 s expected = 40 s < 60 s
+    now[0] = 40.0
+    budget.done()
+    assert budget.last(3)  # 40 + 20 = 60 s: step 3 would end at the budget, so it is the last
+    assert "RL stopped after step 3 of 10" in budget.stopped_line(3)
+    unbounded = RLBudget(minutes=None, steps=2, clock=lambda: now[0])
+    assert not unbounded.last(1) and unbounded.last(2)  # without a budget: train.steps alone
+    with pytest.raises(ValidationError, match="rl_minutes"):
+        TrainConfig(rl_minutes=0)

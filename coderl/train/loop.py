@@ -51,6 +51,7 @@ from coderl.tasks.split import train_and_held_out
 from coderl.threads import in_own_thread
 from coderl.train import checkpoints
 from coderl.train.actor import Policy
+from coderl.train.budget import RLBudget
 from coderl.train.calibrate import calibrate
 from coderl.train.curriculum import Curriculum
 from coderl.train.fanout import FanOutSync
@@ -249,11 +250,18 @@ class Trainer:
                     r.get("phase") == "calibrate" for r in self.rows
                 ):
                     self._record(await self._calibrate(progress), sinks)
+                budget = RLBudget(cfg.train.rl_minutes, cfg.train.steps)
                 for step in range(self.start_step, cfg.train.steps + 1):
-                    row = await self.step(step, store, progress)
+                    last = budget.last(step)
+                    row = await self.step(step, store, progress, last)
+                    budget.done()
                     self._record(row, sinks)
                     progress.update(bar, advance=1, info=summary_line(row))
                     self.console.print(f"step {step}: {summary_line(row)}")
+                    if last:
+                        if step < cfg.train.steps:
+                            self.console.print(budget.stopped_line(step))
+                        break
         finally:
             if self.producer is not None:
                 await self.producer.stop()
@@ -274,8 +282,12 @@ class Trainer:
         return finish_report(self.run_dir, self.console)
 
     # ------------------------------------------------------------------ one step
-    async def step(self, step: int, store: TrajectoryStore, progress: Progress) -> dict[str, Any]:
+    async def step(
+        self, step: int, store: TrajectoryStore, progress: Progress, last: bool | None = None
+    ) -> dict[str, Any]:
+        """One RL step; ``last`` (default: step == train.steps) saves a checkpoint and validates."""
         cfg = self.cfg
+        last = step == cfg.train.steps if last is None else last
         assert self.rollouts is not None and self.clock is not None
         timer = StageTimer()
         began, idle = time.perf_counter(), self.clock.idle_s()
@@ -323,11 +335,13 @@ class Trainer:
             )
             log.warning("step %d: nothing to train on (%s)", step, why)
         row["policy_version"] = self.version
-        if step % cfg.train.save_every == 0 or step == cfg.train.steps:
+        if last:
+            row["last_step"] = True
+        if step % cfg.train.save_every == 0 or last:
             with timer("save"):
                 await in_own_thread(self._save, step, {**row, **timer.row()})
         if (self.val_tasks or self.val_also_tasks) and (
-            step == cfg.train.steps or (cfg.train.val_every and step % cfg.train.val_every == 0)
+            last or (cfg.train.val_every and step % cfg.train.val_every == 0)
         ):
             with timer("validate"):
                 row.update(await self._validation(progress).run(step))
