@@ -81,6 +81,26 @@ def spin_briefly(env: MutableMapping[str, str] | None = None) -> None:
         out["GOMP_SPINCOUNT"] = SPIN_COUNT
 
 
+PRIMITIVE_CACHE = "128"
+"""``ONEDNN_PRIMITIVE_CACHE_CAPACITY`` of every coderl process (:func:`bound_primitive_cache`)."""
+
+
+def bound_primitive_cache(env: MutableMapping[str, str] | None = None) -> None:
+    """Set ``ONEDNN_PRIMITIVE_CACHE_CAPACITY`` to :data:`PRIMITIVE_CACHE` in ``env`` (default: this
+    process's environment, so its children inherit it) unless the user set it (or its older name
+    ``DNNL_PRIMITIVE_CACHE_CAPACITY``). oneDNN reads it when it first builds a primitive.
+
+    Why: on a CPU, torch's matrix products go through oneDNN, which keeps up to 1,024 compiled
+    primitives, one per shape, each with its buffers. A training step's packed micro-batches have new
+    lengths every time, so the cache fills with shapes that never come back. Measured 2026-11-27 on 2
+    idle cores, the warm start's actor alone: the resident set grew 45 MB a step with 128 entries
+    against 68 MB with the default, peaks 0.2-0.3 GB lower, step times the same; the engine's decode
+    rate alone was the same within noise."""
+    out = os.environ if env is None else env
+    if not out.get("ONEDNN_PRIMITIVE_CACHE_CAPACITY") and not out.get("DNNL_PRIMITIVE_CACHE_CAPACITY"):
+        out["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] = PRIMITIVE_CACHE
+
+
 def share_of_cores(processes: int, env: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment (``env``, default this process's) for one of ``processes`` torch processes that
     run at once on this machine: ``OMP_NUM_THREADS`` set to its share of the cores (at least 1), unless

@@ -1,10 +1,14 @@
 """``in_own_thread``: the call runs in a new thread that has ended once it returns (so no OpenMP team
-outlives a training step), with its result, its exception and the caller's context variables."""
+outlives a training step), with its result, its exception and the caller's context variables; the
+native libraries' settings ``import coderl`` makes."""
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
+import os
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -158,3 +162,16 @@ def test_a_cancelled_caller_stops_the_work_at_its_next_cancel_point_and_waits_fo
     waited = asyncio.run(main())
     assert 5 <= len(steps) < 100 and waited < 1.0  # stopped at a cancel point, long before the end
     cancel_point()  # outside such work: nothing to stop
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [({}, "128"), ({"ONEDNN_PRIMITIVE_CACHE_CAPACITY": "512"}, "512"), ({"DNNL_PRIMITIVE_CACHE_CAPACITY": "8"}, None)],
+)
+def test_import_coderl_bounds_onednns_primitive_cache_unless_the_user_chose(
+    given: dict[str, str], expected: str | None
+) -> None:
+    env = {k: v for k, v in os.environ.items() if "PRIMITIVE_CACHE_CAPACITY" not in k}
+    code = "import os, coderl; print(os.environ.get('ONEDNN_PRIMITIVE_CACHE_CAPACITY'))"
+    out = subprocess.run([sys.executable, "-c", code], env={**env, **given}, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == str(expected)
