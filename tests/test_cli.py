@@ -56,6 +56,19 @@ def test_a_train_config_file_changes_only_its_keys_unless_bare(tmp_path: Path) -
     assert not bare.sft.before_rl
 
 
+def test_the_gpu_recipe_is_the_main_jobs_with_a_larger_rl_budget() -> None:
+    from coderl.cli.train_cmd import train_config
+    from coderl.config.packaged import packaged_config
+
+    cpu, gpu = train_config(None, []), train_config(str(packaged_config("train_gpu.yaml")), [])
+    assert gpu.train.tasks == cpu.train.tasks and gpu.train.val_size == cpu.train.val_size
+    assert gpu.sft == cpu.sft and gpu.rollout.max_turns == cpu.rollout.max_turns
+    assert gpu.rollout.temperature == cpu.rollout.temperature and gpu.algo == cpu.algo
+    per_step = gpu.train.tasks_per_step * gpu.train.group_size
+    assert per_step >= 4 * cpu.train.tasks_per_step * cpu.train.group_size and gpu.train.rl_minutes
+    assert gpu.rollout.max_sandboxes >= per_step and gpu.engine.max_batch_size >= per_step
+
+
 @pytest.mark.slow
 def test_demo_writes_a_run_directory(tmp_path: Path) -> None:
     assert main(["demo", f"run.dir={tmp_path / 'run'}", "--requests", "2", "--max-tokens", "8"]) == 0
