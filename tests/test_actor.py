@@ -317,12 +317,15 @@ def test_lora_in_the_last_layers_only_trains_those_and_keeps_the_gradients_of_th
         make_actor(lora_rank=4, lora_layers=99)
 
 
-@pytest.mark.parametrize("lora_rank", [0, 4])
-def test_save_load_resumes_bit_for_bit(batch: Any, tmp_path: Path, lora_rank: int, tiny_model: Path) -> None:
+@pytest.mark.parametrize(("lora_rank", "exp_avg_dtype"), [(0, "float32"), (4, "float32"), (0, "bfloat16")])
+def test_save_load_resumes_bit_for_bit(
+    batch: Any, tmp_path: Path, lora_rank: int, exp_avg_dtype: str, tiny_model: Path
+) -> None:
     """On the tiny model (tests/tiny.py): what is checked is that a checkpoint holds every state."""
     sequences, starts = batch
     first, second = (sequences[:2], starts[:2]), (sequences[2:], starts[2:])
     cfg: dict[str, Any] = dict(
+        exp_avg_dtype=exp_avg_dtype,
         lora_rank=lora_rank,
         lora_dropout=0.1 if lora_rank else 0.0,
         lr=1e-3,
@@ -341,6 +344,8 @@ def test_save_load_resumes_bit_for_bit(batch: Any, tmp_path: Path, lora_rank: in
     resumed = Actor(ActorConfig(device="cpu", seed=123, **cfg), tiny_model)  # another seed: all from the file
     resumed.load(tmp_path / "ckpt")
     assert resumed.step == 1
+    moments = [st["exp_avg"].dtype for st in resumed.optimizer.state.values()]  # type: ignore[union-attr]
+    assert moments and set(moments) == {getattr(torch, exp_avg_dtype)}  # kept as chosen through the file
     again = resumed.train_step(*second, 1.0, nll_loss(*second))
     assert again["lr"] == straight["lr"] and again["grad_norm"] == straight["grad_norm"]
     ours = dict(actor.trainable_parameters())

@@ -48,6 +48,7 @@ from coderl.threads import cancel_point, release_free_memory
 from coderl.train import actor_files
 from coderl.train.config import ActorConfig
 from coderl.train.forward import Forwarded, forward_micro_batch, micro_batch_groups, rank_share
+from coderl.train.optim import LeanAdamW
 from coderl.train.packing import PackedDecoder, check_batch
 from coderl.train.policy_model import PolicyModel, load_policy_model
 
@@ -156,7 +157,7 @@ class Actor:
         self.cache_dir = cache_dir
         self._step = 0
         self._policy: PolicyModel | None = None
-        self.optimizer: torch.optim.AdamW | None = None
+        self.optimizer: torch.optim.Optimizer | None = None
         self.scheduler: torch.optim.lr_scheduler.LambdaLR | None = None
         self._thaw: torch.nn.Parameter | None = None  # the embedding a phase froze (reset_optimizer)
 
@@ -202,9 +203,11 @@ class Actor:
         groups: list[dict[str, Any]] = [{"params": [p for p in policy.hf.parameters() if p.requires_grad]}]
         if policy.value_head is not None:
             groups.append({"params": list(policy.value_head.parameters()), "lr": cfg.value_lr})
-        self.optimizer = torch.optim.AdamW(
-            groups, lr=cfg.lr if lr is None else lr, betas=cfg.betas, eps=cfg.eps, weight_decay=cfg.weight_decay
-        )
+        lr = cfg.lr if lr is None else lr
+        if cfg.exp_avg_dtype == "bfloat16":
+            self.optimizer = LeanAdamW(groups, lr=lr, betas=cfg.betas, eps=cfg.eps, weight_decay=cfg.weight_decay)
+        else:
+            self.optimizer = torch.optim.AdamW(groups, lr=lr, betas=cfg.betas, eps=cfg.eps, weight_decay=cfg.weight_decay)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_factor(cfg))
         self._step = 0
 

@@ -24,6 +24,9 @@ class ActorConfig(Section):
     """AdamW moment coefficients (beta1, beta2)."""
     eps: float = Field(1e-8, gt=0.0)
     """AdamW epsilon added to the denominator."""
+    exp_avg_dtype: Literal["float32", "bfloat16"] = "float32"
+    """Dtype of AdamW's first moment (bfloat16 halves it: coderl.train.optim); the second moment
+    stays float32, whose small increments bfloat16 could not hold."""
     warmup_steps: int = Field(0, ge=0)
     """Optimizer steps over which the learning rate rises linearly to lr."""
     lr_schedule: Literal["constant", "linear", "cosine"] = "constant"
