@@ -177,7 +177,7 @@ def bench_learn(
     cfg: Config, seeds: list[int], console: Console | None = None, jobs: int = 1
 ) -> dict[str, Any]:
     """The bench (module doc). ``jobs``: how many of its runs go at once, each a ``coderl train``
-    process (the main job peaks at about 5.1 GB of memory, measured 2026-11-27)."""
+    process (the main job peaks at about 4.4 GB of memory, measured 2026-11-27)."""
     if jobs < 1:
         raise CoderlError(f"bench learn: --jobs {jobs} is not a number of processes; give 1 or more")
     console = console or Console(stderr=True)
