@@ -317,6 +317,28 @@ def test_lora_in_the_last_layers_only_trains_those_and_keeps_the_gradients_of_th
         make_actor(lora_rank=4, lora_layers=99)
 
 
+def test_a_checkpoint_of_a_fresh_optimizer_leaves_the_next_update_as_it_was(batch: Any, tmp_path: Path, tiny_model: Path) -> None:
+    """torch's full optimizer-state gather creates missing state with an lr=0 step (AdamW's step 1):
+    saved right after reset_optimizer (the trainer saves step 0 after the warm start), the phase's first
+    update would then be bias-corrected as a second one, about 0.74x its size."""
+    sequences, starts = batch
+    first = (sequences[:2], starts[:2])
+    actors = [Actor(ActorConfig(device="cpu", seed=0, lr=1e-3), tiny_model) for _ in range(3)]
+    for actor in actors:
+        actor.setup()
+    actors[1].save(tmp_path / "fresh")
+    assert not actors[1].optimizer.state  # type: ignore[union-attr]
+    actors[2].load(tmp_path / "fresh")
+    for actor in actors:
+        actor.train_step(*first, 1.0, nll_loss(*first))
+    steps = {float(st["step"]) for st in actors[2].optimizer.state.values()}  # type: ignore[union-attr]
+    assert steps == {1.0}
+    plain = dict(actors[0].trainable_parameters())
+    for other in actors[1:]:
+        for name, p in other.trainable_parameters():
+            assert torch.equal(p, plain[name]), name
+
+
 @pytest.mark.parametrize(("lora_rank", "exp_avg_dtype"), [(0, "float32"), (4, "float32"), (0, "bfloat16")])
 def test_save_load_resumes_bit_for_bit(
     batch: Any, tmp_path: Path, lora_rank: int, exp_avg_dtype: str, tiny_model: Path

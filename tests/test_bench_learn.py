@@ -80,3 +80,6 @@ def test_bench_learn_refuses_a_job_count_below_one(tmp_path: Path) -> None:
     out = bench(tmp_path, "--jobs", "0")
     assert out.returncode != 0 and "--jobs 0" in out.stderr and "1 or more" in out.stderr
     assert not (tmp_path / "runs").exists()  # refused before any run started
+    out = bench(tmp_path, "train.rl_minutes=2.5")  # runs of unequal length would be compared
+    assert out.returncode != 0 and "train.rl_minutes=2.5 would end each run" in out.stderr
+    assert not (tmp_path / "runs").exists()

@@ -73,3 +73,8 @@ def test_bench_rl_needs_a_warm_start(tmp_path: Path) -> None:
 def test_bench_rl_refuses_a_warm_start_that_is_not_a_model_folder(tmp_path: Path) -> None:
     out = bench(tmp_path, "--warm", str(tmp_path))
     assert out.returncode != 0 and f"--warm {tmp_path} is not a model folder (no config.json)" in out.stderr
+
+
+def test_bench_rl_refuses_runs_bounded_by_minutes(tmp_path: Path) -> None:
+    out = bench(tmp_path, "train.rl_minutes=5")
+    assert out.returncode != 0 and "train.rl_minutes=5 would end each run" in out.stderr

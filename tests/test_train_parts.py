@@ -428,13 +428,28 @@ def test_the_rl_budget_ends_on_the_step_whose_expected_end_passes_it() -> None:
     budget = RLBudget(minutes=1.0, steps=10, clock=lambda: now[0])
     assert not budget.last(1)  # no step yet: no mean to judge by
     now[0] = 20.0
-    budget.done()
+    budget.done({"step_s": 20.0, "stage_s": {}})
     assert not budget.last(2)  # 20 s spent + 20 s expected = 40 s < 60 s
     now[0] = 40.0
-    budget.done()
+    budget.done({"step_s": 20.0, "stage_s": {}})
     assert budget.last(3)  # 40 + 20 = 60 s: step 3 would end at the budget, so it is the last
     assert "RL stopped after step 3 of 10" in budget.stopped_line(3)
     unbounded = RLBudget(minutes=None, steps=2, clock=lambda: now[0])
     assert not unbounded.last(1) and unbounded.last(2)  # without a budget: train.steps alone
     with pytest.raises(ValidationError, match="rl_minutes"):
         TrainConfig(rl_minutes=0)
+
+
+def test_the_rl_budget_leaves_validation_out_of_the_mean_and_counts_the_steps_before_a_resume() -> None:
+    now = [0.0]
+    budget = RLBudget(minutes=1.0, steps=10, clock=lambda: now[0])
+    budget.last(1)
+    now[0] = 30.0  # a 10 s step with a 20 s validation
+    budget.done({"step_s": 30.0, "stage_s": {"validate": 20.0}})
+    assert not budget.last(2)  # 30 s spent + 10 s expected < 60 s
+    before = [{"step": 1, "step_s": 25.0, "stage_s": {}}, {"step": 2, "step_s": 25.0, "stage_s": {}}]
+    resumed = RLBudget(minutes=1.0, steps=10, done_rows=before, clock=lambda: now[0])
+    assert not resumed.spent_before_resume() and resumed.last(3)  # 50 s before it + 25 s expected > 60 s
+    ended = [*before, {"step": 3, "step_s": 25.0, "stage_s": {}, "last_step": True}]
+    assert RLBudget(minutes=1.0, steps=10, done_rows=ended).spent_before_resume()  # nothing left to train
+    assert not RLBudget(minutes=5.0, steps=10, done_rows=ended).spent_before_resume()  # a budget raised since

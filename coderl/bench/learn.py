@@ -180,6 +180,12 @@ def bench_learn(
     process (the main job peaks at about 4.4 GB of memory, measured 2026-11-27)."""
     if jobs < 1:
         raise CoderlError(f"bench learn: --jobs {jobs} is not a number of processes; give 1 or more")
+    if cfg.train.rl_minutes is not None:
+        raise CoderlError(
+            f"bench learn: train.rl_minutes={cfg.train.rl_minutes:g} would end each run after as many RL steps as "
+            "its own minutes allow, so the runs it compares would differ in length; bound them by train.steps "
+            "(set train.rl_minutes=null)"
+        )
     console = console or Console(stderr=True)
     root = bench_root(cfg)
     planned: list[tuple[str, Config, Path]] = []

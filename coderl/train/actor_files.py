@@ -19,6 +19,9 @@ from coderl.checkpoint import load_tokenizer
 from coderl.errors import ConfigError, ModelError
 from coderl.train.policy_model import ADAPTER, PolicyModel
 
+FRESH = "coderl_fresh_optimizer"
+"""optimizer.pt of an optimizer that has taken no step yet: no state to restore."""
+
 
 def replace_folder(tmp: Path, folder: Path) -> None:
     """Put the finished ``tmp`` folder in ``folder``'s place: a reader sees the old checkpoint or the new
@@ -93,7 +96,10 @@ def save_checkpoint(
     folder = Path(folder)
     tmp = folder.parent / f".{folder.name}.tmp"
     weights = fsdp.full_model_state(hf) if sharded else None
-    optimizer_state = fsdp.full_optimizer_state(policy.holder(), optimizer)
+    # torch's full-state gather first creates missing state with an lr=0 step, which would count as
+    # AdamW's step 1 and shrink the phase's first real update (t=2 bias correction): a fresh optimizer
+    # (every rank's equally) is written as such instead
+    optimizer_state = fsdp.full_optimizer_state(policy.holder(), optimizer) if optimizer.state else {FRESH: True}
     if rank != 0:
         return
     folder.parent.mkdir(parents=True, exist_ok=True)
@@ -152,7 +158,9 @@ def load_checkpoint(
     if policy.value_head is not None:
         policy.value_head.load_state_dict(torch.load(folder / "value_head.pt", map_location=policy.device))
     saved = torch.load(folder / "optimizer.pt", map_location="cpu")
-    if any(isinstance(key, str) for key in saved["state"]):  # by parameter name
+    if saved.get(FRESH):
+        optimizer.state.clear()  # saved before its first step: it starts as a fresh one
+    elif any(isinstance(key, str) for key in saved["state"]):  # by parameter name
         fsdp.load_full_optimizer_state(policy.holder(), optimizer, saved)
     else:  # by parameter index (checkpoints written before the sharded actor)
         optimizer.load_state_dict(saved)

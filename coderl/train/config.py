@@ -110,8 +110,9 @@ class TrainConfig(Section):
     """Training steps (each: rollout -> grade -> advantages -> update -> sync)."""
     rl_minutes: float | None = Field(None, gt=0)
     """Wall-clock budget of the RL steps, in minutes: once the steps so far plus one more of their mean
-    length would pass it, that next step is the last (it saves a checkpoint and validates like the
-    step train.steps would); empty = every one of train.steps. A resumed run's budget counts afresh."""
+    length (validation left out) would pass it, that next step is the last (it saves a checkpoint and
+    validates like the step train.steps would); empty = every one of train.steps. A resumed run counts
+    the steps it had taken; one the budget had ended trains no further unless the budget is raised."""
     tasks_per_step: int = Field(2, ge=1)
     """Tasks rolled out per step (a deterministic shuffled pass over the training tasks)."""
     group_size: int = Field(4, ge=1)

@@ -250,11 +250,16 @@ class Trainer:
                     r.get("phase") == "calibrate" for r in self.rows
                 ):
                     self._record(await self._calibrate(progress), sinks)
-                budget = RLBudget(cfg.train.rl_minutes, cfg.train.steps)
-                for step in range(self.start_step, cfg.train.steps + 1):
+                taken = [r for r in self.rows if r.get("phase") is None and r.get("step", 0) >= 1]
+                budget = RLBudget(cfg.train.rl_minutes, cfg.train.steps, taken)
+                first = self.start_step
+                if budget.spent_before_resume():
+                    self.console.print(f"train.rl_minutes={cfg.train.rl_minutes:g}: spent before the resume; no step left")
+                    first = cfg.train.steps + 1
+                for step in range(first, cfg.train.steps + 1):
                     last = budget.last(step)
                     row = await self.step(step, store, progress, last)
-                    budget.done()
+                    budget.done(row)
                     self._record(row, sinks)
                     progress.update(bar, advance=1, info=summary_line(row))
                     self.console.print(f"step {step}: {summary_line(row)}")

@@ -37,11 +37,12 @@ class LeanAdamW(torch.optim.Optimizer):
         self.exp_avg_dtype = exp_avg_dtype
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """torch's load, which casts every moment to its parameter's dtype; the first moment back to ours."""
+        """torch's load, which casts every moment to its parameter's dtype; then each moment to its own."""
         super().load_state_dict(state_dict)
         for state in self.state.values():
             if "exp_avg" in state:
                 state["exp_avg"] = state["exp_avg"].to(self.exp_avg_dtype)
+                state["exp_avg_sq"] = state["exp_avg_sq"].to(torch.float32)
 
     @torch.no_grad()
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
