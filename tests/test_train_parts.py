@@ -438,6 +438,9 @@ def test_the_rl_budget_ends_on_the_step_whose_expected_end_passes_it() -> None:
     assert not unbounded.last(1) and unbounded.last(2)  # without a budget: train.steps alone
     with pytest.raises(ValidationError, match="rl_minutes"):
         TrainConfig(rl_minutes=0)
+    with pytest.raises(ValidationError, match=r"train\.guide_steps: empty with train\.guide_share=0\.5"):
+        TrainConfig(rl_minutes=10, guide_share=0.5)  # guidance would outlive a run the budget ends
+    assert TrainConfig(rl_minutes=10, guide_share=0.5, guide_steps=4).guide_steps == 4
 
 
 def test_the_rl_budget_leaves_validation_out_of_the_mean_and_counts_the_steps_before_a_resume() -> None:

@@ -197,6 +197,16 @@ class TrainConfig(Section):
             if not source.strip():
                 raise ValueError(f"train.val_also[{i}] is empty; give a task source (e.g. bundled:warmup) or leave it out")
         return value
+
+    @model_validator(mode="after")
+    def _guidance_ends_inside_the_budget(self) -> TrainConfig:
+        if self.guide_share > 0 and self.rl_minutes is not None and self.guide_steps is None:
+            raise ValueError(
+                f"train.guide_steps: empty with train.guide_share={self.guide_share:g} and train.rl_minutes="
+                f"{self.rl_minutes:g} — guidance would anneal over all {self.steps} train.steps, and a run the "
+                "budget ends sooner would stop still guided; set train.guide_steps to the steps the budget allows"
+            )
+        return self
     val_size: int = Field(8, ge=1)
     """Tasks held out of train.tasks when train.val_tasks is empty (at most all but one)."""
     val_samples: int = Field(4, ge=1)
