@@ -173,6 +173,16 @@ def _one_run(cfg: Config, console: Console, run_dir: Path, jobs: int) -> dict[st
     }
 
 
+def refuse_time_bound(cfg: Config, bench: str) -> None:
+    """Runs a bench compares must be equally long: ``train.rl_minutes`` would end each by its own clock."""
+    if cfg.train.rl_minutes is not None:
+        raise CoderlError(
+            f"bench {bench}: train.rl_minutes={cfg.train.rl_minutes:g} would end each run after as many RL steps as "
+            "its own minutes allow, so the runs it compares would differ in length; bound them by train.steps "
+            "(set train.rl_minutes=null)"
+        )
+
+
 def bench_learn(
     cfg: Config, seeds: list[int], console: Console | None = None, jobs: int = 1
 ) -> dict[str, Any]:
@@ -180,12 +190,7 @@ def bench_learn(
     process (the main job peaks at about 4.4 GB of memory, measured 2026-11-27)."""
     if jobs < 1:
         raise CoderlError(f"bench learn: --jobs {jobs} is not a number of processes; give 1 or more")
-    if cfg.train.rl_minutes is not None:
-        raise CoderlError(
-            f"bench learn: train.rl_minutes={cfg.train.rl_minutes:g} would end each run after as many RL steps as "
-            "its own minutes allow, so the runs it compares would differ in length; bound them by train.steps "
-            "(set train.rl_minutes=null)"
-        )
+    refuse_time_bound(cfg, "learn")
     console = console or Console(stderr=True)
     root = bench_root(cfg)
     planned: list[tuple[str, Config, Path]] = []

@@ -35,7 +35,7 @@ from typing import Any
 
 from rich.console import Console
 
-from coderl.bench.learn import _die_with_parent, _one_run, config_key, paired_rise
+from coderl.bench.learn import _die_with_parent, _one_run, config_key, paired_rise, refuse_time_bound
 from coderl.bench.report import machine_info
 from coderl.config import Config
 from coderl.config.loader import dump_config
@@ -183,12 +183,7 @@ def bench_rl(
     ``<run>/warm``, or ``coderl sft --out``) instead of the bench's own."""
     if jobs < 1:
         raise CoderlError(f"bench rl: --jobs {jobs} is not a number of processes; give 1 or more")
-    if cfg.train.rl_minutes is not None:
-        raise CoderlError(
-            f"bench rl: train.rl_minutes={cfg.train.rl_minutes:g} would end each run after as many RL steps as "
-            "its own minutes allow, so the runs it compares would differ in length; bound them by train.steps "
-            "(set train.rl_minutes=null)"
-        )
+    refuse_time_bound(cfg, "rl")
     if not cfg.sft.before_rl or not cfg.sft.data:
         raise CoderlError(
             "bench rl measures the RL phase after a warm start: the configuration needs sft.before_rl=true and "
