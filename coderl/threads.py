@@ -36,6 +36,8 @@ import threading
 from collections.abc import Callable, Mapping, MutableMapping
 from typing import ParamSpec, TypeVar
 
+from coderl import allocator
+
 P = ParamSpec("P")
 T = TypeVar("T")
 
@@ -52,10 +54,12 @@ def glibc() -> ctypes.CDLL | None:
 
 
 def release_free_memory() -> None:
-    """Return the C heap's free pages to the system (glibc's ``malloc_trim``; nothing elsewhere)."""
+    """Return the C heap's free pages to the system: glibc's ``malloc_trim``, and jemalloc's purge where
+    it serves the process (:mod:`coderl.allocator`)."""
     libc = glibc()
     if libc is not None:
         libc.malloc_trim(0)
+    allocator.purge()
 
 
 SPIN_COUNT = "1000"

@@ -11,6 +11,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from coderl import allocator
+
 
 def machine_busy_cpu_s() -> float | None:
     """CPU-seconds the whole machine has spent busy since boot (all processes, all cores; Linux
@@ -43,6 +45,7 @@ def machine_info() -> dict[str, Any]:
         "torch": torch.__version__,
         "python": platform.python_version(),
         "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        "allocator": allocator.active(),
     }
 
 

@@ -7,7 +7,7 @@ import logging
 import sys
 from collections.abc import Callable, Sequence
 
-from coderl import __version__
+from coderl import __version__, allocator
 from coderl.errors import CoderlError
 from coderl.memory import bound_heap
 
@@ -308,5 +308,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
-if __name__ == "__main__":
+def entry() -> None:
+    """The ``coderl`` command (and ``python -m coderl``): :func:`main` in a process that runs on jemalloc
+    where the machine has it (:mod:`coderl.allocator`; ``CODERL_ALLOCATOR=system`` keeps glibc's)."""
+    try:
+        allocator.preload_jemalloc()  # runs this command again, once, before torch loads
+    except allocator.AllocatorError as exc:
+        print(f"coderl: error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    allocator.forget_preload()
     sys.exit(main())
+
+
+if __name__ == "__main__":
+    entry()

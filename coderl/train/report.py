@@ -15,6 +15,7 @@ from typing import Any
 
 from rich.console import Console
 
+from coderl import allocator
 from coderl.train.checkpoints import read_metrics
 from coderl.train.metrics import phase_memory, phase_minutes, run_summary
 from coderl.train.validation import validation_cells, validation_table
@@ -140,7 +141,9 @@ def finish_report(run_dir: Path, console: Console) -> Path:
     peaks = phase_memory(rows)
     if peaks:
         console.print(
-            "peak memory of this process (GB): " + " | ".join(f"{name} {mb / 1024:.1f}" for name, mb in peaks),
+            "peak memory of this process (GB): "
+            + " | ".join(f"{name} {mb / 1024:.1f}" for name, mb in peaks)
+            + f" (C allocator: {allocator.active()})",
             highlight=False,
         )
     for line in validation_table(rows):
