@@ -46,7 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Train coding agents with reinforcement learning from verifiable rewards.",
         epilog="Config: YAML file, CODERL_SECTION__KEY env vars and key.sub=value overrides (CLI > env > YAML).",
     )
-    parser.add_argument("--version", action="version", version=f"coderl {__version__}")
+    parser.add_argument(
+        "--version", action="version", version=f"coderl {__version__} (C allocator: {allocator.active()})"
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
