@@ -105,6 +105,23 @@ def forget_preload(env: MutableMapping[str, str] | None = None) -> None:
         env.pop("LD_PRELOAD", None)
 
 
+def env_for(name: str, env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment for a child process (one that is not the ``coderl`` command) that should run on
+    allocator ``name``: ``LD_PRELOAD`` set to jemalloc's library, or taken out. A benchmark compares the
+    two this way."""
+    if name not in CHOICES:
+        raise AllocatorError(f"allocator {name!r} is not one coderl knows; use one of {', '.join(CHOICES)}")
+    out = {k: v for k, v in (os.environ if env is None else env).items() if k not in ("LD_PRELOAD", _MARK)}
+    library = jemalloc_library()
+    if name == "jemalloc":
+        if library is None:
+            raise AllocatorError(
+                "no jemalloc library on this machine (Debian/Ubuntu: apt-get install libjemalloc2)"
+            )
+        out["LD_PRELOAD"] = library
+    return out
+
+
 @functools.cache
 def active() -> str:
     """The allocator serving this process: ``jemalloc`` where its ``mallctl`` is loaded, else ``system``."""

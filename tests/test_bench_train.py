@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from coderl import allocator
 from coderl.bench.learn import paired_rise
 from coderl.bench.train import variable_batch
 from coderl.cli.main import main
@@ -53,9 +54,11 @@ def test_bench_train_quick_measures_packing(capsys: pytest.CaptureFixture[str], 
     peaks = result["peak_rss_mb"]
     actor = yaml.safe_load(default_train_config().read_text())["actor"]
     tokens, checkpointing = actor.get("micro_batch_tokens", 4096), actor.get("gradient_checkpointing", False)
-    assert [(p["micro_batch_tokens"], p["gradient_checkpointing"]) for p in peaks] == [
-        (tokens, checkpointing), (tokens, not checkpointing)
-    ]
+    mine = allocator.active()  # this process's: the rows run on it, and the last on the other one too
+    plans = [(tokens, checkpointing, mine), (tokens, not checkpointing, mine)]
+    if allocator.jemalloc_library():
+        plans.append((tokens, checkpointing, "system" if mine == "jemalloc" else "jemalloc"))
+    assert [(p["micro_batch_tokens"], p["gradient_checkpointing"], p["allocator"]) for p in peaks] == plans
     assert all(p["peak_mb"] >= p["loaded_mb"] > 100 and p["step_s"] > 0 for p in peaks)
     assert {p["actor"] for p in peaks} == {"RL"}  # --quick: the warm start's actor is left out
     assert result["batch"]["padded_tokens"] > result["batch"]["real_tokens"]

@@ -26,6 +26,7 @@ import torch
 from rich.console import Console
 from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
 
+from coderl import allocator
 from coderl.bench.report import machine_info
 from coderl.config import Config
 from coderl.progress import progress_bars
@@ -178,18 +179,22 @@ def _peak_by_micro_batch(cfg: Config, quick: bool) -> list[dict[str, Any]]:
     if not quick and cfg.actor.lora_rank and cfg.sft.before_rl:
         actors["warm start (full weights)"] = cfg.actor.model_copy(update={"lora_rank": 0})
     base = cfg.actor.micro_batch_tokens
+    mine = allocator.active()  # what `coderl train` runs on here; the largest actor also on the other one
+    other = next((a for a in allocator.CHOICES if a != mine), None) if allocator.jemalloc_library() else None
     rows = []
     for name, configured in actors.items():
-        plans = [(n, configured.gradient_checkpointing) for n in ((base,) if quick else sorted({*PEAK_SIZES, base}))]
-        plans.append((base, not configured.gradient_checkpointing))
-        for tokens, checkpointing in plans:
+        plans = [(n, configured.gradient_checkpointing, mine) for n in ((base,) if quick else sorted({*PEAK_SIZES, base}))]
+        plans.append((base, not configured.gradient_checkpointing, mine))
+        if other and name == list(actors)[-1]:
+            plans.append((base, configured.gradient_checkpointing, other))
+        for tokens, checkpointing, malloc in plans:
             actor = configured.model_copy(update={"micro_batch_tokens": tokens, "gradient_checkpointing": checkpointing})
             command = [sys.executable, "-m", "coderl.bench.train_peak", actor.model_dump_json(), str(cfg.model.path or ""), str(cfg.run.seed)]
-            done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=1800)
+            done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=1800, env=allocator.env_for(malloc))
             if done.returncode != 0:
                 raise RuntimeError(f"bench train: the peak-memory run failed: {done.stderr[-1500:]}")
             rows.append({"actor": name, "micro_batch_tokens": tokens, "gradient_checkpointing": checkpointing,
-                         **json.loads(done.stdout.strip().splitlines()[-1])})  # fmt: skip
+                         "allocator": malloc, **json.loads(done.stdout.strip().splitlines()[-1])})  # fmt: skip
     return rows
 
 
@@ -324,10 +329,11 @@ def to_markdown(r: dict[str, Any]) -> str:
             "steps of the same batch (8 sequences of 128–1024 tokens), and of the warm start's full-weight actor, "
             "each row in a process of its own (peak RSS, MB; the second step's seconds):",
             "",
-            "| actor | micro_batch_tokens | gradient checkpointing | after loading | after two steps | step s |",
-            "|---|---|---|---|---|---|",
+            "| actor | micro_batch_tokens | gradient checkpointing | C allocator | after loading | after two steps | step s |",
+            "|---|---|---|---|---|---|---|",
             *[
                 f"| {p.get('actor', 'RL')} | {p['micro_batch_tokens']} | {'on' if p['gradient_checkpointing'] else 'off'} | "
+                f"{p.get('allocator', 'system')} | "
                 f"{p['loaded_mb']:.0f} | **{p['peak_mb']:.0f}** | "
                 + (f"{p['step_s']:.1f} |" if "step_s" in p else "– |")
                 for p in peaks
