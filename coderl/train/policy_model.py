@@ -125,7 +125,10 @@ def load_policy_model(
             if not p.requires_grad:
                 p.data = p.data.to(compute_dtype)
     if cfg.gradient_checkpointing and not cfg.packing:
-        hf.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if hasattr(hf, "activation_checkpointing_enable"):  # transformers >= 5.2x; the old name warns there
+            hf.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            hf.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     hf.eval()
     model = PolicyModel(hf, PackedDecoder(hf), source, device, compute_dtype, peft=peft, reference=reference)
     if reference is not None:
