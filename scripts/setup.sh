@@ -7,14 +7,19 @@ cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
 say() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
 
-# 1. bubblewrap: the default sandbox backend.
-if ! command -v bwrap >/dev/null 2>&1; then
+# 1. bubblewrap, the default sandbox backend, and jemalloc, the C allocator a coderl command runs on
+#    where it is found (a lower peak memory than glibc's malloc; coderl/allocator.py).
+missing=()
+command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
+"$PY" -c "import ctypes.util, sys; sys.exit(ctypes.util.find_library('jemalloc') is None)" || missing+=(libjemalloc2)
+if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
-    say "installing bubblewrap (apt-get)"
+    say "installing ${missing[*]} (apt-get)"
     apt-get update -qq >/dev/null
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
   else
-    say "bubblewrap (bwrap) is missing; install it with your package manager (e.g. 'sudo apt-get install bubblewrap')"
+    say "missing: ${missing[*]}; install with your package manager (e.g. 'sudo apt-get install ${missing[*]}')" \
+      "- bubblewrap is the default sandbox; without jemalloc coderl runs on glibc's malloc (more memory)"
   fi
 fi
 
