@@ -54,3 +54,19 @@ def test_a_bad_pace_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
         every_s()
     monkeypatch.delenv("CODERL_PROGRESS_EVERY")
     assert every_s() == 30.0
+
+
+def test_a_stage_started_later_counts_its_rate_from_its_start() -> None:
+    """The run's RL-steps bar is added at the start and started when the RL steps begin: the
+    validations and the warm start before them must not count in its rate and ETA."""
+    from coderl.progress import plain_line
+
+    with PlainProgress(Console(file=io.StringIO(), width=300), every=60) as progress:
+        bar = progress.add_task("steps", total=4, info="", start=False)
+        time.sleep(1.2)  # the phases before the steps
+        task = progress.tasks[0]
+        assert plain_line(task, time.monotonic()) == "steps: 0/4 (0%), 0:00 elapsed"
+        progress.start_task(bar)
+        progress.advance(bar)
+        line = plain_line(progress.tasks[0], time.monotonic())
+    assert line.startswith("steps: 1/4 (25%), 0:00 elapsed, ") and "ETA 0:00" in line, line

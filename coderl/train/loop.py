@@ -237,8 +237,9 @@ class Trainer:
         try:
             await self.setup(resume)
             with progress_bars(self.console, name="train") as progress:
+                # its clock starts with the RL steps: their rate and ETA leave the phases before them out
                 bar = progress.add_task(
-                    "steps", total=cfg.train.steps, completed=self.start_step - 1, info=""
+                    "steps", total=cfg.train.steps, completed=self.start_step - 1, info="", start=False
                 )
                 if (self.val_tasks or self.val_also_tasks) and not any(r.get("step") == 0 for r in self.rows):
                     start = {"step": 0, "phase": "start", "policy_version": self.version}
@@ -256,6 +257,7 @@ class Trainer:
                 if budget.spent_before_resume():
                     self.console.print(f"train.rl_minutes={cfg.train.rl_minutes:g}: spent before the resume; no step left")
                     first = cfg.train.steps + 1
+                progress.start_task(bar)
                 for step in range(first, cfg.train.steps + 1):
                     last = budget.last(step)
                     row = await self.step(step, store, progress, last)
