@@ -117,7 +117,8 @@ def forget_preload(env: MutableMapping[str, str] | None = None) -> None:
 
 def env_for(name: str, env: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment for a child process (one that is not the ``coderl`` command) that should run on
-    allocator ``name``: ``LD_PRELOAD`` set to jemalloc's library, or taken out. A benchmark compares the
+    allocator ``name``: ``LD_PRELOAD`` set to jemalloc's library (with :data:`JEMALLOC_CONF` unless
+    ``MALLOC_CONF`` is set), or taken out. A benchmark compares the
     two this way."""
     if name not in CHOICES:
         raise AllocatorError(f"allocator {name!r} is not one coderl knows; use one of {', '.join(CHOICES)}")
@@ -129,6 +130,7 @@ def env_for(name: str, env: Mapping[str, str] | None = None) -> dict[str, str]:
                 "no jemalloc library on this machine (Debian/Ubuntu: apt-get install libjemalloc2)"
             )
         out["LD_PRELOAD"] = library
+        out.setdefault("MALLOC_CONF", JEMALLOC_CONF)  # as the coderl command runs it
     return out
 
 
