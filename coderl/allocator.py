@@ -41,7 +41,8 @@ pages. jemalloc hands the pages of big freed blocks back to the system, and a st
 fault them in again, 4 KiB at a time: with its defaults the warm start's actor took 4.6x glibc's page
 faults and its steps ~10% longer; in huge pages, half glibc's faults and 3% longer (module doc)."""
 _MARK = "CODERL_PRELOADED"
-"""Set on the re-run (it is the only one: LD_PRELOAD was empty before), for :func:`forget_preload`."""
+"""Set on the re-run, for :func:`forget_preload` (and so that it never runs again): ``conf`` where the
+re-run set ``MALLOC_CONF`` too, ``library`` where the user's ``MALLOC_CONF`` was kept."""
 _CANDIDATES = (
     "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2",
     "/usr/lib/aarch64-linux-gnu/libjemalloc.so.2",
@@ -118,8 +119,7 @@ def forget_preload(env: MutableMapping[str, str] | None = None) -> None:
 def env_for(name: str, env: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment for a child process (one that is not the ``coderl`` command) that should run on
     allocator ``name``: ``LD_PRELOAD`` set to jemalloc's library (with :data:`JEMALLOC_CONF` unless
-    ``MALLOC_CONF`` is set), or taken out. A benchmark compares the
-    two this way."""
+    ``MALLOC_CONF`` is set), or taken out. A benchmark compares the two this way."""
     if name not in CHOICES:
         raise AllocatorError(f"allocator {name!r} is not one coderl knows; use one of {', '.join(CHOICES)}")
     out = {k: v for k, v in (os.environ if env is None else env).items() if k not in ("LD_PRELOAD", _MARK)}
