@@ -187,7 +187,7 @@ def bench_learn(
     cfg: Config, seeds: list[int], console: Console | None = None, jobs: int = 1
 ) -> dict[str, Any]:
     """The bench (module doc). ``jobs``: how many of its runs go at once, each a ``coderl train``
-    process (the main job peaks at about 4.4 GB of memory, measured 2026-11-27)."""
+    process (the main job peaks at about 3.5 GB of memory on jemalloc, measured 2026-11-27)."""
     if jobs < 1:
         raise CoderlError(f"bench learn: --jobs {jobs} is not a number of processes; give 1 or more")
     refuse_time_bound(cfg, "learn")

@@ -224,7 +224,7 @@ BENCHES: dict[str, Bench] = {
                 {
                     "type": int,
                     "default": 1,
-                    "help": "runs at once, each a coderl train process with its share of the cores (default 1; the main job peaks at about 4.4 GB)",
+                    "help": "runs at once, each a coderl train process with its share of the cores (default 1; the main job peaks at about 3.5 GB)",
                 },
             ),
         ],
