@@ -31,6 +31,7 @@ import os
 import sys
 from collections.abc import Mapping, MutableMapping, Sequence
 from pathlib import Path
+from typing import Any
 
 ENV = "CODERL_ALLOCATOR"
 """``jemalloc`` (the default: used where found) or ``system`` (the C library's malloc)."""
@@ -135,18 +136,21 @@ def env_for(name: str, env: Mapping[str, str] | None = None) -> dict[str, str]:
 
 
 @functools.cache
+def _mallctl() -> Any | None:
+    """jemalloc's ``mallctl`` where it serves this process, else None; looked up once."""
+    try:
+        return getattr(ctypes.CDLL(None), "mallctl", None)
+    except OSError:
+        return None
+
+
 def active() -> str:
     """The allocator serving this process: ``jemalloc`` where its ``mallctl`` is loaded, else ``system``."""
-    try:
-        return "jemalloc" if hasattr(ctypes.CDLL(None), "mallctl") else "system"
-    except OSError:
-        return "system"
+    return "jemalloc" if _mallctl() is not None else "system"
 
 
 def purge() -> None:
     """Return jemalloc's free pages (every arena's) to the system now; nothing under another allocator."""
-    if active() != "jemalloc":
-        return
-    mallctl = ctypes.CDLL(None).mallctl
-    # MALLCTL_ARENAS_ALL (4096): every arena; a void command, so no old or new value
-    mallctl(b"arena.4096.purge", None, None, None, ctypes.c_size_t(0))
+    mallctl = _mallctl()
+    if mallctl is not None:  # MALLCTL_ARENAS_ALL (4096): every arena; a void command, no old or new value
+        mallctl(b"arena.4096.purge", None, None, None, ctypes.c_size_t(0))
