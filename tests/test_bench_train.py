@@ -17,6 +17,8 @@ from coderl.bench.learn import paired_rise
 from coderl.bench.train import variable_batch
 from coderl.cli.main import main
 from coderl.config.packaged import default_train_config
+from coderl.memory import rss_mb
+from coderl.train.config import ActorConfig
 
 
 def test_variable_batch_spreads_lengths_evenly() -> None:
@@ -66,6 +68,22 @@ def test_bench_train_quick_measures_packing(capsys: pytest.CaptureFixture[str], 
     assert sharing["shared_step_s"] > 0 and result["prefix_sharing_speedup"] == pytest.approx(
         sharing["unshared_step_s"] / sharing["shared_step_s"]
     )
+
+
+def test_a_peak_measured_in_a_child_is_the_childs_own(tiny_model: Path) -> None:
+    """Linux carries ru_maxrss over fork and exec: a child of a big bench process must not report the
+    parent's peak as its own (it did: every RL row read the bench's 2503 MB)."""
+    ballast = bytearray(b"x") * (2 << 30)  # 2 GiB, every page written: resident in this process
+    parent = rss_mb()
+    assert parent > 2048
+    actor = ActorConfig(micro_batch_tokens=1024).model_dump_json()
+    done = subprocess.run(
+        [sys.executable, "-m", "coderl.bench.train_peak", actor, str(tiny_model), "0"],
+        capture_output=True, text=True, check=True, timeout=600,
+    )  # fmt: skip
+    del ballast
+    child = json.loads(done.stdout.strip().splitlines()[-1])
+    assert 100 < child["loaded_mb"] <= child["peak_mb"] < parent - 1024, (child, parent)
 
 
 LEARN_TINY = ["train.tasks=bundled:warmup", "train.steps=1", "rollout.agent=single_turn"]

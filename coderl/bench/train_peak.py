@@ -1,5 +1,5 @@
-"""One actor's peak memory for a training step, in a process of its own (``ru_maxrss`` only grows, so
-each micro-batch size is measured in a fresh process):
+"""One actor's peak memory for a training step, in a process of its own (a process's high-water mark
+only grows, so each micro-batch size is measured in a fresh process):
 
     python -m coderl.bench.train_peak ACTOR_JSON MODEL_PATH SEED
 
@@ -7,21 +7,21 @@ each micro-batch size is measured in a fresh process):
 what varies). Two train steps over the bench's variable-length batch (8 sequences of 128 to 1024
 tokens); prints one JSON object: the peak resident set after loading the actor and after the steps,
 in MB, and the second step's seconds.
+
+The peak is the kernel's ``VmHWM`` (:func:`coderl.memory.peak_rss_mb`), not ``ru_maxrss``: Linux
+carries ``ru_maxrss`` over ``fork`` and ``exec``, so a child of the bench process (2.5 GB after its
+own packed and padded steps) reported at least the parent's peak, whatever it used itself.
 """
 
 from __future__ import annotations
 
 import json
-import resource
 import sys
 import time
 from pathlib import Path
 
+from coderl.memory import peak_rss_mb as peak_mb
 from coderl.train.config import ActorConfig
-
-
-def peak_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
 
 def main(argv: list[str]) -> None:
