@@ -14,7 +14,7 @@ import yaml
 
 from coderl import allocator
 from coderl.bench.learn import paired_rise
-from coderl.bench.train import variable_batch
+from coderl.bench.train import to_markdown, variable_batch
 from coderl.cli.main import main
 from coderl.config.packaged import default_train_config
 from coderl.memory import rss_mb
@@ -63,6 +63,8 @@ def test_bench_train_quick_measures_packing(capsys: pytest.CaptureFixture[str], 
     assert [(p["micro_batch_tokens"], p["gradient_checkpointing"], p["allocator"]) for p in peaks] == plans
     assert all(p["peak_mb"] >= p["loaded_mb"] > 100 and p["step_s"] > 0 for p in peaks)
     assert {p["actor"] for p in peaks} == {"RL"}  # --quick: the warm start's actor is left out
+    assert result["lora_rank"] == actor["lora_rank"] == 16  # the packaged recipe trains LoRA adapters in RL
+    assert "LoRA adapters of rank 16" in to_markdown(result) and "full fine-tuning" not in to_markdown(result)
     assert result["batch"]["padded_tokens"] > result["batch"]["real_tokens"]
     sharing = result["prefix_sharing"]
     assert sharing["shared_step_s"] > 0 and result["prefix_sharing_speedup"] == pytest.approx(

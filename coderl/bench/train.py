@@ -141,6 +141,7 @@ def bench_train(
         "padded_tokens_per_s": padded,
         "packing_speedup": packed / padded,
         "dtype": cfg.actor.dtype,
+        "lora_rank": cfg.actor.lora_rank,
     }
     result["peak_memory_mb"] = peak_packed
     result["peak_memory_mb_with_padded"] = peak_memory_mb()
@@ -301,13 +302,19 @@ def _one_default_step(cfg: Config, console: Console) -> dict[str, Any]:
     }
 
 
+def tuning(r: dict[str, Any]) -> str:
+    """What the packed and padded actors train: LoRA adapters of the configured rank, or every weight."""
+    rank = r.get("lora_rank", 0)
+    return f"LoRA adapters of rank {rank}" if rank else "full fine-tuning"
+
+
 def to_markdown(r: dict[str, Any]) -> str:
     m, b = r["machine"], r["batch"]
     lines = [
         "## Trainer (`coderl bench train`)",
         "",
         f"Command: `{r['command']}` — {m['cpu']}, {m['cores']} cores, torch {m['torch']} "
-        f"({m['torch_threads']} threads), actor {r['dtype']}, full fine-tuning. One batch of "
+        f"({m['torch_threads']} threads), actor {r['dtype']}, {tuning(r)}. One batch of "
         f"{b['sequences']} sequences of {b['min_len']}–{b['max_len']} tokens ({b['real_tokens']} real tokens; "
         f"{b['padded_tokens']} when padded), forward + backward + AdamW step, median of {r['rounds']} rounds.",
         "",
