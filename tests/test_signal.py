@@ -16,14 +16,16 @@ from coderl.config import load_config
 from coderl.engine.scripted import ScriptedEngine
 from coderl.rollout.runner import RolloutResult
 from coderl.train.loop import Trainer
-from coderl.train.signal import SignalWatch, signal_metrics
+from coderl.train.signal import OUTCOMES, SignalWatch, outcome, outcomes, signal_metrics
+from coderl.train.validation import outcome_text
 from coderl.types import Trajectory
 from tests.tiny import tiny_checkpoint
 
 
-def result(group: str, reward: float, status: str = "submitted", **metrics: float) -> RolloutResult:
+def result(group: str, reward: float, status: str = "submitted", patch: str = "", **metrics: float) -> RolloutResult:
     traj = Trajectory(task_id=group.split("#")[0], group_id=group, prompt_ids=[1], reward=reward)
     traj.exit_status = status
+    traj.patch = patch
     traj.num_turns = int(metrics.pop("turns", 2))
     traj.metrics = {"format_errors": 0.0, "tool_calls": 2.0, "truncated_turns": 0.0, **metrics}
     return RolloutResult(traj, reward > 0, None)
@@ -39,6 +41,27 @@ def test_signal_figures_by_hand() -> None:
     assert m["truncated_share"] == 0.25  # one of four samples ended by a limit
     assert m["turn_truncated_share"] == 1 / 8  # one of eight model turns cut at max_tokens
     assert m["parse_failure_rate"] == 2 / 8 and m["tool_calls_mean"] == 6 / 4
+    assert m["no_change_share"] == 0.5  # b's two samples submitted an empty patch; a's cut-off one is not counted
+
+
+def test_outcomes_sort_every_sample_once() -> None:
+    diff = "--- a/m.py\n+++ b/m.py\n@@ -1 +1 @@\n-x = 1\n+x = 2\n"
+    samples = [
+        result("a#0", 1.0, patch=diff), result("a#0", 0.0, patch=diff), result("a#0", 0.0, patch="\n"),
+        result("a#0", 0.0, "token_limit", patch=diff), result("a#0", 0.0, "error"),
+    ]  # fmt: skip
+    assert [outcome(r) for r in samples] == ["solved", "wrong_change", "no_change", "cut_off", "error"]
+    assert outcomes(samples) == {"solved": 1, "wrong_change": 1, "no_change": 1, "cut_off": 1, "error": 1}
+    assert outcomes([]) == dict.fromkeys(OUTCOMES, 0)
+    assert outcome_text(outcomes(samples[:3])) == "1 solved, 1 wrong change, 1 no change"
+
+
+def test_a_starved_streak_of_unchanged_repositories_says_so() -> None:
+    watch = SignalWatch(patience=1, group_size=2)
+    warning = watch.observe(1, [result("a#0", 0.0), result("a#0", 0.0)])
+    assert warning is not None and "2 of them ended without changing the repository" in warning
+    changed = SignalWatch(patience=1, group_size=2).observe(1, [result("a#0", 0.0, patch="+x")] * 2)
+    assert changed is not None and "without changing" not in changed and "every sample failed" in changed
 
 
 @pytest.mark.parametrize(

@@ -40,7 +40,7 @@ SMALL = [
     "model.dtype=float32",
     "train.val_sampled=0",
 ]
-REQUIRED = ("step", "reward_mean", "pass_rate", "logprob_mismatch", "kl", "entropy", "grad_norm", "stage_s")
+REQUIRED = ("step", "reward_mean", "pass_rate", "no_change_share", "logprob_mismatch", "kl", "entropy", "grad_norm", "stage_s")
 
 
 def _train(*args: str) -> subprocess.Popen[str]:
@@ -89,6 +89,8 @@ def test_train_with_gae_killed_and_resumed_loses_nothing(tmp_path: Path, tiny_mo
         assert 0 <= lo <= held["val_pass_at_1"] <= hi <= 1 and hi > 0
         assert held["val_tasks"] == 2 and held["val_samples"] == 2
         assert held["val_also_tasks"] == 1 and held["val_also_s"] > 0 and "val_also_pass_at_1" in held
+        assert sum(held["val_outcomes"].values()) == 4 and held["val_outcomes"]["solved"] >= 0  # each sample once
+        assert sum(held["val_also_outcomes"].values()) == 2
     assert "val_pass_at_1" not in rows[0] and start["policy_version"] == 0
     assert len(read_trajectories(run / "validation" / "step-000000")) == 4
     assert "held-out pass@1 (start -> end)" in out

@@ -8,8 +8,8 @@ groups changes nothing however long it runs. That failure is silent — the loss
 reward is 0 before the model did anything), the tool-call parser never matches what the model writes,
 the group holds one sample, or the tasks are all too hard (or all too easy) for the policy.
 
-Owns: the per-step signal figures of a step's rollouts (:func:`signal_metrics`) and the diagnosis of a
-starved run (:class:`SignalWatch`). Must not: choose what is trained on (DAPO dynamic sampling does,
+Owns: the per-step signal figures of a step's rollouts (:func:`signal_metrics`), how each sample ended
+(:func:`outcomes`, also for validation) and the diagnosis of a starved run (:class:`SignalWatch`). Must not: choose what is trained on (DAPO dynamic sampling does,
 in the loop) or touch rewards; every figure is read off the rollouts as graded.
 
 Figures, per step (all samples rolled out in the step, refills included):
@@ -21,6 +21,8 @@ Figures, per step (all samples rolled out in the step, refills included):
 - ``parse_failure_rate``: format errors per model turn (a malformed call, a turn with no call, an
   unknown tool);
 - ``tool_calls_mean``: parsed tool calls per sample;
+- ``no_change_share``: share of samples the agent ended (no limit, no error) with the repository as
+  it was given (an empty patch): a policy that submits without finding what to change;
 - and, from the update, ``advantage_abs_mean`` and ``trained_tokens`` (model tokens in the loss).
 """
 
@@ -34,6 +36,31 @@ from coderl.rollout.runner import RolloutResult
 
 LIMITS = ("token_limit", "step_limit", "context_limit")
 """Exit statuses of a rollout that a limit ended, not the agent."""
+
+
+OUTCOMES = ("solved", "wrong_change", "no_change", "cut_off", "error")
+"""How a sample ended (:func:`outcome`), in the order tables show them."""
+
+
+def outcome(result: RolloutResult) -> str:
+    """``solved``; ``cut_off`` (a limit ended it); ``error``; else the agent ended it unsolved, with a
+    change (``wrong_change``: a non-empty patch) or with the repository as given (``no_change``)."""
+    t = result.trajectory
+    if result.resolved:
+        return "solved"
+    if t.exit_status in LIMITS:
+        return "cut_off"
+    if t.exit_status == "error":
+        return "error"
+    return "wrong_change" if t.patch.strip() else "no_change"
+
+
+def outcomes(results: list[RolloutResult]) -> dict[str, int]:
+    """Samples per :data:`OUTCOMES` kind (every kind present, 0 where none)."""
+    counts = dict.fromkeys(OUTCOMES, 0)
+    for r in results:
+        counts[outcome(r)] += 1
+    return counts
 
 
 def _groups(results: list[RolloutResult]) -> dict[str, list[float]]:
@@ -56,6 +83,7 @@ def signal_metrics(results: list[RolloutResult]) -> dict[str, Any]:
         "turn_truncated_share": sum(t.metrics.get("truncated_turns", 0.0) for t in trajs) / max(turns, 1),
         "parse_failure_rate": sum(t.metrics.get("format_errors", 0.0) for t in trajs) / max(turns, 1),
         "tool_calls_mean": sum(t.metrics.get("tool_calls", 0.0) for t in trajs) / n,
+        "no_change_share": outcomes(results)["no_change"] / n,
     }
 
 
@@ -72,6 +100,7 @@ class _Window:
     truncated_turns: float = 0.0
     format_errors: float = 0.0
     tool_calls: float = 0.0
+    no_change: int = 0
     largest_group: int = 0
     all_pass_groups: int = 0
     all_fail_groups: int = 0
@@ -111,6 +140,7 @@ class SignalWatch:
             w.truncated_turns += t.metrics.get("truncated_turns", 0.0)
             w.format_errors += t.metrics.get("format_errors", 0.0)
             w.tool_calls += t.metrics.get("tool_calls", 0.0)
+            w.no_change += int(outcome(r) == "no_change")
         for g in groups.values():
             w.largest_group = max(w.largest_group, len(g))
             if g and min(g) > 0:
@@ -153,8 +183,14 @@ def diagnose(w: _Window) -> str:
             "the policy up first (sft.before_rl=true) so it submits sooner."
         )
     if w.solved == 0:
+        unchanged = (
+            f"; {w.no_change} of them ended without changing the repository (the policy does not find what to "
+            "change: look at them with `coderl view RUN_DIR`)"
+            if w.no_change * 2 >= w.samples
+            else ""
+        )
         return (
-            f"every sample failed ({w.samples} samples, 0 solved): the tasks are too hard for this policy. "
+            f"every sample failed ({w.samples} samples, 0 solved{unchanged}): the tasks are too hard for this policy. "
             "Try a supervised warm start (sft.before_rl=true), train.curriculum=edge with calibrated pass "
             "rates (coderl tasks calibrate), a lower rollout.temperature, a larger train.group_size "
             "or guided samples (train.guide_share > 0)."

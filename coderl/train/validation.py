@@ -30,6 +30,7 @@ from coderl.rollout.report import build_report
 from coderl.rollout.runner import RolloutGroup, RolloutResult, task_groups
 from coderl.rollout.store import TrajectoryStore
 from coderl.train.config import TrainConfig
+from coderl.train.signal import outcomes
 from coderl.types import Task
 
 Roll = Callable[[list[RolloutGroup], str, float | None], Awaitable[list[RolloutResult]]]
@@ -134,6 +135,7 @@ class Validation:
         store.close()
         report = build_report([r.report_row() for r in results], {x.id: x.tier for x in tasks}, [1])
         lo, hi = report["pass@1_ci95"]
+        ended = outcomes(results)
         label = "held-out pass@1"
         if prefix == "val_sampled":
             label += f" at T={temperature:g}"
@@ -141,7 +143,7 @@ class Validation:
             label += f" ({source})"
         self.console.print(
             f"{where}: {label} {report['pass@1']:.3f} [95% {lo:.3f}, {hi:.3f}] over {len(tasks)} tasks x "
-            f"{samples} samples ({report['resolved_instances']} tasks solved)"
+            f"{samples} samples ({report['resolved_instances']} tasks solved; samples: {outcome_text(ended)})"
         )
         return {
             **({f"{prefix}_source": source} if source else {}),
@@ -152,8 +154,14 @@ class Validation:
             f"{prefix}_tasks": len(tasks),
             f"{prefix}_samples": samples,
             f"{prefix}_temperature": temperature,
+            f"{prefix}_outcomes": ended,
             f"{prefix}_s": round(time.perf_counter() - began, 2),  # this set's wall clock (sets overlap)
         }
+
+
+def outcome_text(counts: dict[str, int]) -> str:
+    """``3 solved, 11 wrong change, 9 no change, 1 cut off`` (kinds with no sample left out)."""
+    return ", ".join(f"{n} {kind.replace('_', ' ')}" for kind, n in counts.items() if n) or "none"
 
 
 def point_name(row: dict[str, Any]) -> str:
