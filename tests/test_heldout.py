@@ -73,11 +73,12 @@ def test_summary_and_report_lead_with_held_out_pass_at_1(tmp_path: Path) -> None
     val = {"val_tasks": 8, "val_samples": 4}
     rows = [
         {"step": 0, "val_pass_at_1": 0.0, "val_pass_at_1_ci95": [0.0, 0.324], **val},
-        {"step": 1, "pass_rate": 0.0, "reward_mean": 0.0, "stage_s": {"rollout": 1.0}},
+        {"step": 1, "pass_rate": 0.0, "reward_mean": 0.0, "stage_s": {"rollout": 1.0}, "task_ids": ["a", "b"]},
         {
             "step": 2,
             "pass_rate": 0.5,
             "reward_mean": 0.5,
+            "task_ids": ["b", "c"],
             "val_pass_at_1": 0.25,
             "val_pass_at_1_ci95": [0.07, 0.59],
             **val,
@@ -88,6 +89,7 @@ def test_summary_and_report_lead_with_held_out_pass_at_1(tmp_path: Path) -> None
     assert summary["held-out pass@1"].startswith(
         "0.000 [0.000, 0.324] at step 0 -> 0.250 [0.070, 0.590] at step 2 (+0.250"
     )
+    assert summary["distinct tasks rolled out in RL (all steps)"] == 3  # a, b, c: b twice counts once
     page = write_report(tmp_path, rows, summary).read_text()
     first_chart = page.index("<svg")
     assert page.index("Held-out pass@1 (95% interval)") > first_chart  # the first chart

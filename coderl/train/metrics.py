@@ -46,6 +46,7 @@ def rollout_metrics(step: int, results: list[RolloutResult]) -> dict[str, Any]:
         "reward_mean": sum(t.reward for t in trajs) / n,
         "pass_rate": sum(r.resolved for r in results) / n,
         "tasks_resolved": len({r.trajectory.task_id for r in results if r.resolved}),
+        "task_ids": sorted({t.task_id for t in trajs}),  # the run's summary counts the distinct ones
         "response_len_mean": sum(model_tokens) / n,
         "response_len_max": max(model_tokens, default=0),
         "context_len_max": max((len(t.prompt_ids) + len(t.response_ids) for t in trajs), default=0),
@@ -115,6 +116,9 @@ def run_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
         shaped = [r.get("shaped_reward_mean", 0.0) for r in train]
         summary["shaped reward (first steps)"] = sum(shaped[: len(head)]) / len(head)
         summary["shaped reward (last steps)"] = sum(shaped[-len(tail) :]) / len(tail)
+    distinct = {task for r in train for task in r.get("task_ids", [])}
+    if distinct:  # a few tasks drawn again and again teach those tasks, not the skill
+        summary["distinct tasks rolled out in RL (all steps)"] = len(distinct)
     summary["teaching groups (mean share over steps)"] = sum(r.get("teaching_groups", 0.0) for r in train) / len(train)
     warnings = [f"step {r['step']}: {r['signal_warning']}" for r in train if r.get("signal_warning")]
     if warnings:
