@@ -3,6 +3,8 @@ of the run's summary and report."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -58,7 +60,8 @@ def test_training_never_fixes_a_function_a_held_out_task_fixes() -> None:
     )
     assert len(same) >= 2 and removed == same and len(kept) == len(synth) - len(same)
     warmup = load_tasks("bundled:warmup")  # hand-written fixes, compared the same way
-    train, held_sets, (also,), dropped = train_and_held_out("bundled:synth", "none", 8, "bundled:warmup")
+    split = train_and_held_out("bundled:synth", "none", 8, "bundled:warmup")
+    train, held_sets, (also,), dropped = split.train, split.val, split.also, split.removed
     assert held_sets == [] and {t.id for t in also} == {t.id for t in warmup}
     touched = set().union(*(fixed_functions(t) for t in warmup))
     assert touched and all(not fixed_functions(t) & touched for t in train) and len(dropped) > 0
@@ -133,7 +136,8 @@ def test_val_also_takes_one_source_or_several_and_each_is_held_out() -> None:
     with pytest.raises(ValidationError, match=r"train.val_also\[1\] is empty"):
         TrainConfig(val_also=["bundled:warmup", " "])
     strkit = [t.id for t in load_tasks("bundled:strkit-001")]
-    train, _, also, _ = train_and_held_out("bundled", "none", 8, ["bundled:warmup", "bundled:strkit-001"])
+    split = train_and_held_out("bundled", "none", 8, ["bundled:warmup", "bundled:strkit-001"])
+    train, also = split.train, split.also
     assert [len(one) for one in also] == [len(load_tasks("bundled:warmup")), len(strkit)]
     assert not {t.id for t in train} & {t.id for one in also for t in one}  # no set is trained on
 
@@ -162,3 +166,41 @@ def test_each_val_also_set_has_its_row_in_the_table_and_the_summary() -> None:
     summary = run_summary(rows)
     assert summary["held-out pass@1, second set (bundled:warmup)"].endswith("(+0.133; 15 tasks)")
     assert summary["held-out pass@1, third set (pypi:toolz==0.12.1?n=12)"].endswith("(+0.167; 12 tasks)")
+
+
+def test_a_dev_split_validates_on_training_tasks_and_sets_every_held_out_task_aside() -> None:
+    source = "bundled:synth?bug_in=callee"
+    plain = train_and_held_out(source, "", 24, ["bundled:warmup"])
+    dev = train_and_held_out(source, "", 24, ["bundled:warmup"], dev_size=12)
+    assert dev.also == [] and len(dev.val) == 12
+    held = {t.id for t in plain.val} | {t.id for one in plain.also for t in one}
+    assert {t.id for t in dev.set_aside} == held  # the same held-out tasks, set aside
+    assert {t.id for t in dev.unseen()} == held | {t.id for t in dev.val}
+    assert {t.id for t in dev.val} <= {t.id for t in plain.train}  # drawn from the training side
+    touched = set().union(*(fixed_functions(t) for t in dev.unseen()))
+    assert all(not fixed_functions(t) & touched for t in dev.train)  # no training task fixes an unseen function
+    assert set(dev.removed) >= set(plain.removed) | {t.id for t in dev.val}
+    again = train_and_held_out(source, "", 24, ["bundled:warmup"], dev_size=12)
+    assert [t.id for t in again.val] == [t.id for t in dev.val]  # fixed, like the held-out split
+
+
+def test_a_dev_split_never_holds_a_task_the_starting_weights_imitated() -> None:
+    source = "bundled:synth?bug_in=callee"
+    plain = train_and_held_out(source, "", 24)
+    first = train_and_held_out(source, "", 24, dev_size=12)
+    imitated = {t.id for t in plain.train[::2]} | {first.val[0].id}  # a warm start that saw a dev task
+    dev = train_and_held_out(source, "", 24, dev_size=12, demonstrated=imitated)
+    seen = set().union(*(fixed_functions(t) for t in plain.train if t.id in imitated))
+    assert len(dev.val) == 12 and first.val[0].id not in {t.id for t in dev.val}
+    assert all(t.id not in imitated and not fixed_functions(t) & seen for t in dev.val)
+    with pytest.raises(TaskError, match=r"train.dev_size: got 12, but 0 training task\(s\).*set train.dev_size=0"):
+        train_and_held_out(source, "", 24, dev_size=12, demonstrated={t.id for t in plain.train})
+
+
+def test_bench_write_refuses_dev_split_figures(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "coderl", "bench", "rl", "--write", str(tmp_path / "B.md"), "train.dev_size=12"],
+        capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert done.returncode != 0 and "train.dev_size=12" in done.stderr and "held-out" in done.stderr
+    assert not (tmp_path / "B.md").exists()

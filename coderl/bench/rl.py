@@ -42,7 +42,7 @@ from coderl.config.loader import dump_config
 from coderl.errors import CoderlError
 from coderl.threads import share_of_cores
 from coderl.train.checkpoints import read_metrics
-from coderl.train.sft import DEMONSTRATED
+from coderl.train.sft import DEMONSTRATED, read_demonstrated
 
 WARM_KEYS = ("model", "sft", "rollout", "tasks", "sandbox")
 """Sections a warm start depends on (with train.tasks and the held-out split, and the seed)."""
@@ -55,6 +55,8 @@ def warm_key(cfg: Config) -> str:
     chosen = {k: dump[k] for k in WARM_KEYS}
     also: str | list[str] = t.val_also if len(t.val_also) > 1 else "".join(t.val_also)  # one: as keyed before lists
     chosen["train"] = {"tasks": t.tasks, "val_tasks": t.val_tasks, "val_size": t.val_size, "val_also": also}
+    if t.dev_size:  # a dev split's tasks are kept out of the demonstrations (keys from before it unchanged)
+        chosen["train"]["dev_size"] = t.dev_size
     chosen["seed"] = cfg.run.seed
     return json.dumps(chosen, sort_keys=True)
 
@@ -126,7 +128,8 @@ def temperature_sweep(
     from coderl.rollout.store import read_trajectories
     from coderl.tasks.split import train_and_held_out
 
-    train, _, _, _ = train_and_held_out(cfg.train.tasks, cfg.train.val_tasks, cfg.train.val_size, cfg.train.val_also)
+    t = cfg.train
+    train = train_and_held_out(t.tasks, t.val_tasks, t.val_size, t.val_also, t.dev_size, read_demonstrated(warm)).train
     picked = sorted(t.id for t in random.Random(cfg.run.seed).sample(train, min(tasks, len(train))))
     source = cfg.train.tasks.split(":", 1)[0] + ":" + ",".join(picked)
     rows = []

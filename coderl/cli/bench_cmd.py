@@ -355,10 +355,16 @@ def run_bench(ns: argparse.Namespace) -> int:
     from coderl.bench.report import command_line, write_section
     from coderl.config import load_config
     from coderl.config.packaged import default_train_config
+    from coderl.errors import ConfigError
 
     bench = BENCHES[ns.bench_name]
     defaults = default_train_config() if bench.train_defaults else None
     cfg = load_config(ns.config_path, [*bench.overrides(ns), *ns.config_overrides], defaults=defaults)
+    if ns.write and cfg.train.dev_size:
+        raise ConfigError(
+            f"--write {ns.write}: refused with train.dev_size={cfg.train.dev_size} — a dev split's figures are "
+            "for choosing settings; BENCHMARKS.md reports held-out ones (leave out --write, or train.dev_size)"
+        )
     result = bench.run(cfg, ns, Console(stderr=True))
     result["command"] = command_line()
     markdown: Callable[[dict[str, Any]], str] = importlib.import_module(

@@ -36,10 +36,10 @@ def run_sft(ns: argparse.Namespace) -> int:
     console = Console(stderr=True)
     run_dir = create_run_dir(cfg, "sft")
     t = cfg.train
-    _, held, also, _ = train_and_held_out(t.tasks, t.val_tasks, t.val_size, t.val_also)
+    unseen = train_and_held_out(t.tasks, t.val_tasks, t.val_size, t.val_also, t.dev_size).unseen()
     chat = ChatFormat.for_model(cfg.model)
     with console.status("making demonstrations"):
-        demos, made = asyncio.run(build_demos(cfg, chat, [*held, *(t for one in also for t in one)]))
+        demos, made = asyncio.run(build_demos(cfg, chat, unseen))
     console.print(f"{len(demos)} demonstrations: {json.dumps(made)}")
     check_demos(demos, made)
     (run_dir / "demos.json").write_text(json.dumps({"sources": made, "task_ids": [d.task_id for d in demos]}))

@@ -209,6 +209,13 @@ class TrainConfig(Section):
         return self
     val_size: int = Field(8, ge=1)
     """Tasks held out of train.tasks when train.val_tasks is empty (at most all but one)."""
+    dev_size: int = Field(0, ge=0)
+    """Tune on a dev split: > 0 validates on this many training tasks instead of the held-out sets
+    (a fixed split by task id, with a hash of its own; never a task the starting weights' warm start
+    imitated, as model.path's coderl-demos.json records, nor one fixing the same function), and sets
+    the held-out tasks (the split's or train.val_tasks', and train.val_also's) aside: neither trained on,
+    demonstrated, calibrated, guided nor validated. Compare settings this way, then report on the
+    held-out tasks with 0 (the default)."""
     val_samples: int = Field(4, ge=1)
     """Samples per held-out task: pass@1 is their mean, so more samples give a steadier estimate."""
     val_sampled: int = Field(0, ge=0)

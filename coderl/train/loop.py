@@ -47,7 +47,7 @@ from coderl.rollout.runner import (
 )
 from coderl.rollout.store import TrajectoryStore
 from coderl.tasks.calibration import load_estimates, setting_key
-from coderl.tasks.split import train_and_held_out
+from coderl.tasks.split import TaskSplit, train_and_held_out
 from coderl.threads import in_own_thread
 from coderl.train import checkpoints
 from coderl.train.actor import Policy
@@ -120,6 +120,7 @@ class Trainer:
         self.tasks: list[Task] = []
         self.val_tasks: list[Task] = []
         self.val_also_tasks: list[list[Task]] = []  # one list per source of train.val_also
+        self.split: TaskSplit | None = None  # the tasks above, and with a dev split the held-out ones set aside
         self.curriculum: Curriculum | None = None  # which tasks each step draws (saved in checkpoints)
         self.version = 0  # updates applied to the policy
         self._engine_base = 0  # engine.policy_version when self.version was last set
@@ -131,8 +132,9 @@ class Trainer:
 
     # ------------------------------------------------------------------ set-up
     def held_out(self) -> list[Task]:
-        """Every held-out task: the split's (or train.val_tasks') and every train.val_also set's."""
-        return [*self.val_tasks, *(t for one in self.val_also_tasks for t in one)]
+        """Every task training must not touch: the split's (or train.val_tasks', or the dev split's), every
+        train.val_also set's, and those a dev split sets aside (:meth:`TaskSplit.unseen`)."""
+        return self.split.unseen() if self.split is not None else []
 
     @property
     def producer(self) -> RolloutProducer | None:
@@ -156,7 +158,14 @@ class Trainer:
                     "base); start the run again without --resume"
                 )
             self.actor = build_policy(self.cfg, warmed, self.warm_dir if warmed else cfg.model.path)
-        self.tasks, self.val_tasks, self.val_also_tasks = split_tasks(cfg)
+        self.split = split = split_tasks(cfg)
+        self.tasks, self.val_tasks, self.val_also_tasks = list(split.train), split.val, split.also
+        if split.set_aside:
+            self.console.print(
+                f"dev split (train.dev_size): validating on {len(split.val)} training tasks the starting weights "
+                f"never imitated; the {len(split.set_aside)} held-out tasks are set aside, neither trained on "
+                "nor validated"
+            )
         random.Random(cfg.run.seed).shuffle(self.tasks)
         key, _ = setting_key(cfg.model, cfg.rollout)
         estimates = load_estimates(cfg.train.tasks, key) if cfg.train.curriculum != "none" else {}
@@ -470,15 +479,18 @@ def build_policy(cfg: Config, lora: bool, model_path: Path | None) -> Policy:
     )  # fmt: skip
 
 
-def split_tasks(cfg: Config) -> tuple[list[Task], list[Task], list[list[Task]]]:
-    """Training, held-out and ``train.val_also`` tasks, disjoint (module doc of :mod:`coderl.tasks.split`)."""
+def split_tasks(cfg: Config) -> TaskSplit:
+    """Training, held-out and ``train.val_also`` tasks (or a dev split and the held-out tasks set
+    aside), disjoint (module doc of :mod:`coderl.tasks.split`)."""
     t = cfg.train
     check_gold_kinds(cfg.sft.gold_kinds)  # refused now, not after the step-0 validation
-    train, held, also, removed = train_and_held_out(t.tasks, t.val_tasks, t.val_size, t.val_also)
-    if removed:
+    split = train_and_held_out(
+        t.tasks, t.val_tasks, t.val_size, t.val_also, t.dev_size, read_demonstrated(cfg.model.path)
+    )
+    if split.removed:
         log.warning(
             "%d task(s) removed from training (held out, or fixing a function a held-out task fixes): %s",
-            len(removed),
-            ", ".join(removed[:10]),
+            len(split.removed),
+            ", ".join(split.removed[:10]),
         )
-    return train, held, also
+    return split
