@@ -83,3 +83,23 @@ def test_bench_learn_refuses_a_job_count_below_one(tmp_path: Path) -> None:
     out = bench(tmp_path, "train.rl_minutes=2.5")  # runs of unequal length would be compared
     assert out.returncode != 0 and "train.rl_minutes=2.5 would end each run" in out.stderr
     assert not (tmp_path / "runs").exists()
+
+
+def test_the_table_names_the_new_repository_target_for_a_pypi_set() -> None:
+    from coderl.bench.learn import to_markdown
+
+    r: dict[str, object] = {
+        "machine": {"cpu": "cpu", "cores": 2, "torch": "2"}, "command": "coderl bench learn", "tasks": "t",
+        "steps": 8, "warm_start": True, "seeds": [0], "minutes_per_run": 60.0, "held_out_tasks": 24,
+        "val_also_sets": {"val_also": "bundled:warmup", "val_also2": "pypi:toolz==0.12.1?n=24"},
+    }  # fmt: skip
+    for held in ("", "val_also_", "val_also2_"):
+        r |= {f"{held}start_pass_at_1": [0.0], f"{held}end_pass_at_1": [0.1], f"{held}mean_rise": 0.1,
+              f"{held}rise_ci95": [0.0, 0.2], f"{held}control_start_pass_at_1": [0.0],
+              f"{held}control_end_pass_at_1": [0.0], f"{held}control_rise": 0.0,
+              f"{held}control_rise_ci95": [0.0, 0.0], f"{held}held_out_tasks": 24}  # fmt: skip
+    text = to_markdown(r)
+    assert "For `pypi:toolz==0.12.1?n=24` (a repository no training task comes from): a rise with its interval above 0." in text
+    assert "`bundled:warmup` (a repository" not in text
+    del r["val_also_sets"]
+    assert "(a repository no training task comes from)" not in to_markdown(r)

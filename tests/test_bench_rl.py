@@ -23,10 +23,11 @@ TINY = [
 ]  # fmt: skip
 
 
-def bench(cwd: Path, *flags: str) -> subprocess.CompletedProcess[str]:
+def bench(cwd: Path, *flags: str, write: bool = True) -> subprocess.CompletedProcess[str]:
     """The bench on the tiny model (tests/tiny.py): what is checked is the bench's plumbing."""
     return subprocess.run(
-        [sys.executable, "-m", "coderl", "bench", "rl", "--quick", "--json", "--write", "B.md", *flags, *TINY,
+        [sys.executable, "-m", "coderl", "bench", "rl", "--quick", "--json", *(["--write", "B.md"] if write else []),
+         *flags, *TINY,
          f"model.path={tiny_checkpoint()}"],
         cwd=cwd,
         capture_output=True,
@@ -63,6 +64,11 @@ def test_bench_rl_runs_the_rl_phase_from_one_warm_start_against_its_control(tmp_
     given = bench(tmp_path, "--temperatures", "1.0", "--warm", str(root / "warm" / "model"))  # --warm: no sft
     assert given.returncode == 0, given.stderr[-3000:]
     assert json.loads(given.stdout)["warm_start"] == str(root / "warm" / "model") and "coderl sft" not in given.stderr
+    alone = bench(tmp_path, "--no-control", "--warm", str(root / "warm" / "model"), write=False)
+    assert alone.returncode == 0, alone.stderr[-3000:]
+    a = json.loads(alone.stdout)
+    assert a["control"] is False and list(a["run_dirs"]) == ["rl", "control"] and a["run_dirs"]["control"] == []
+    assert "rl_rise" in a and "control_rise" not in a and "control_end_pass_at_1" not in a
 
 
 def test_bench_rl_needs_a_warm_start(tmp_path: Path) -> None:
@@ -78,3 +84,18 @@ def test_bench_rl_refuses_a_warm_start_that_is_not_a_model_folder(tmp_path: Path
 def test_bench_rl_refuses_runs_bounded_by_minutes(tmp_path: Path) -> None:
     out = bench(tmp_path, "train.rl_minutes=5")
     assert out.returncode != 0 and "train.rl_minutes=5 would end each run" in out.stderr
+
+
+def test_the_table_says_when_there_is_no_control_and_when_it_is_a_dev_split() -> None:
+    from coderl.bench.rl import to_markdown
+
+    r = {
+        "machine": {"cpu": "cpu", "cores": 2, "torch": "2"}, "command": "coderl bench rl --no-control",
+        "warm_start_minutes": None, "warm_start": "w", "steps": 8, "samples_per_step": 16, "tasks": "t",
+        "seeds": [0, 1], "minutes_per_run": 17.0, "teaching_group_share": 0.5, "control": False,
+        "validated_on": "dev", "warm_pass_at_1": [0.1, 0.1], "rl_pass_at_1": [0.2, 0.1], "rl_rise": 0.05,
+        "rl_rise_ci95": [-0.02, 0.12], "held_out_tasks": 24,
+    }  # fmt: skip
+    text = to_markdown(r)
+    assert "with no control runs" in text and "| dev split (train.dev_size) |" in text
+    assert "| greedy (24 tasks) | RL |" in text and "control (lr 0)" not in text

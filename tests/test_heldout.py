@@ -203,4 +203,9 @@ def test_bench_write_refuses_dev_split_figures(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
     )  # fmt: skip
     assert done.returncode != 0 and "train.dev_size=12" in done.stderr and "held-out" in done.stderr
+    alone = subprocess.run(
+        [sys.executable, "-m", "coderl", "bench", "rl", "--no-control", "--write", str(tmp_path / "B.md")],
+        capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert alone.returncode != 0 and "refused with --no-control" in alone.stderr
     assert not (tmp_path / "B.md").exists()

@@ -263,8 +263,9 @@ def to_markdown(r: dict[str, Any]) -> str:
                 f"| {label} | {kind} | {cells(r[f'{held}{prefix}start_pass_at_1'])} | {cells(r[f'{held}{prefix}end_pass_at_1'])} "
                 f"| **{r[f'{held}{prefix}{rise}']:+.3f}** | [{lo:+.3f}, {hi:+.3f}] |"
             )
-    lines += [
-        "",
-        "Target: mean held-out rise >= +0.15 absolute, its interval above 0, the control's interval holding 0.",
-    ]
+    target = "Target: mean held-out rise >= +0.15 absolute, its interval above 0, the control's interval holding 0."
+    new_repos = [f"`{source}`" for source in sets.values() if str(source).startswith("pypi:")]
+    if new_repos:
+        target += f" For {', '.join(new_repos)} (a repository no training task comes from): a rise with its interval above 0."
+    lines += ["", target]
     return "\n".join(lines)

@@ -16,6 +16,10 @@ bootstrap over tasks, :func:`coderl.bench.learn.paired_rise`); ``control_rise`` 
 the RL runs' steps); the same ``*_sampled_*`` figures for the validation at the rollout temperature
 when ``train.val_sampled > 0``.
 
+``--no-control`` leaves the controls out (half the runs): for comparing RL settings on a dev split
+(``train.dev_size``), where what matters is how the settings rank, not whether weights that do not
+move hold still; such figures are not written to BENCHMARKS.md.
+
 Runs live in ``runs/bench-rl-<digest>/`` (``run.dir`` when given): ``warm/`` and one folder per seed and
 kind; finished runs are reused, as in ``coderl bench learn``.
 """
@@ -180,10 +184,12 @@ def bench_rl(
     temperatures: list[float] | None = None,
     sweep_tasks: int = 16,
     warm_from: Path | None = None,
+    control: bool = True,
 ) -> dict[str, Any]:
     """The bench (module doc); with ``temperatures``, the temperature sweep (:func:`temperature_sweep`)
     instead of the seeds. ``warm_from``: a warm-started model folder made before (a main job's
-    ``<run>/warm``, or ``coderl sft --out``) instead of the bench's own."""
+    ``<run>/warm``, or ``coderl sft --out``) instead of the bench's own. ``control=False``: no control
+    runs (``--no-control``)."""
     if jobs < 1:
         raise CoderlError(f"bench rl: --jobs {jobs} is not a number of processes; give 1 or more")
     refuse_time_bound(cfg, "rl")
@@ -211,8 +217,10 @@ def bench_rl(
                 "sft": cfg.sft.model_copy(update={"before_rl": False}),
             }
         )
-        control = rl.model_copy(update={"actor": rl.actor.model_copy(update={"lr": 0.0})})
-        planned += [("rl", rl, root / f"rl-seed{seed}"), ("control", control, root / f"control-seed{seed}")]
+        planned.append(("rl", rl, root / f"rl-seed{seed}"))
+        if control:
+            still = rl.model_copy(update={"actor": rl.actor.model_copy(update={"lr": 0.0})})
+            planned.append(("control", still, root / f"control-seed{seed}"))
     with ThreadPoolExecutor(max_workers=jobs) as pool:  # the runs are processes; threads only wait
         done = list(pool.map(lambda p: _one_run(p[1], console, p[2], jobs), planned))
     runs: dict[str, list[dict[str, Any]]] = {"rl": [], "control": []}
@@ -226,6 +234,8 @@ def bench_rl(
         "samples_per_step": cfg.train.tasks_per_step * cfg.train.group_size,
         "warm_start": str(warm),
         "warm_start_minutes": warm_minutes,
+        "control": control,
+        "validated_on": "dev" if cfg.train.dev_size else "held-out",
         "minutes_per_run": statistics.fmean(r["minutes"] for rs in runs.values() for r in rs),
         "run_dirs": {k: [r["run_dir"] for r in v] for k, v in runs.items()},
         "teaching_group_share": statistics.fmean(
@@ -235,7 +245,7 @@ def bench_rl(
     for held, infix in (("val", ""), ("val_sampled", "sampled_")):
         if not any(r[held][0] for r in runs["rl"]):
             continue
-        for kind in ("rl", "control"):
+        for kind in ("rl", "control") if control else ("rl",):
             starts = [r[held][0] for r in runs[kind]]
             ends = [r[held][1] for r in runs[kind]]
             rise = paired_rise(starts, ends)
@@ -260,6 +270,8 @@ def to_markdown(r: dict[str, Any]) -> str:
 
     minutes = r["warm_start_minutes"]
     made = f"`coderl sft`, {minutes:.0f} min when made" if minutes is not None else f"given: `{r['warm_start']}`"
+    against = "against a control whose RL learning rate is 0" if r.get("control", True) else "with no control runs"
+    where = "dev split (train.dev_size)" if r.get("validated_on") == "dev" else "held-out validation"
 
     lines = [
         "## RL's own share (`coderl bench rl`)",
@@ -267,16 +279,18 @@ def to_markdown(r: dict[str, Any]) -> str:
         f"Command: `{r['command']}` — {m['cpu']}, {m['cores']} cores, torch {m['torch']}. One warm start "
         f"({made}), then the RL phase of `coderl train`'s "
         f"configuration from it ({r['steps']} steps of {r['samples_per_step']} samples on `{r['tasks']}`) over seeds "
-        f"{r['seeds']}, against a control whose RL learning rate is 0. About {r['minutes_per_run']:.0f} min (wall "
+        f"{r['seeds']}, {against}. About {r['minutes_per_run']:.0f} min (wall "
         f"clock) per run. Groups that could teach (rewards differ): {r['teaching_group_share']:.0%} of all, mean over steps.",
         "",
-        "| held-out validation | run | after warm start (per seed) | after RL (per seed) | rise | 95% interval (paired bootstrap over tasks) |",
+        f"| {where} | run | after warm start (per seed) | after RL (per seed) | rise | 95% interval (paired bootstrap over tasks) |",
         "|---|---|---|---|---|---|",
     ]
     for infix, label in (("", "greedy"), ("sampled_", "at the rollout temperature")):
         if f"warm_{infix}pass_at_1" not in r:
             continue
         for kind, ends in (("RL", f"rl_{infix}pass_at_1"), ("control (lr 0)", f"control_{infix}end_pass_at_1")):
+            if ends not in r:
+                continue
             key = "rl" if kind == "RL" else "control"
             lo, hi = r[f"{key}_{infix}rise_ci95"]
             lines.append(

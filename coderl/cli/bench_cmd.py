@@ -102,6 +102,7 @@ def _rl(cfg: Config, ns: argparse.Namespace, console: Console) -> dict[str, Any]
     return bench_rl(
         cfg, seeds=seeds[:1] if ns.quick else seeds, console=console, jobs=ns.jobs, temperatures=temperatures,
         sweep_tasks=2 if ns.quick else ns.sweep_tasks, warm_from=Path(ns.warm) if ns.warm else None,
+        control=not ns.no_control,
     )  # fmt: skip
 
 
@@ -254,6 +255,7 @@ BENCHES: dict[str, Bench] = {
             ),
             ("--sweep-tasks", {"type": int, "default": 16, "help": "training tasks per temperature of --temperatures (default 16)"}),
             ("--warm", {"default": "", "metavar": "DIR", "help": "a warm-started model folder to start from (a main job's RUN/warm, or coderl sft --out) instead of making one"}),
+            ("--no-control", {"action": "store_true", "help": "leave out the control runs (learning rate 0): for comparing RL settings on a dev split (train.dev_size); refused with --write"}),
         ],
         train_defaults=True,
         overrides=lambda ns: (
@@ -360,6 +362,11 @@ def run_bench(ns: argparse.Namespace) -> int:
     bench = BENCHES[ns.bench_name]
     defaults = default_train_config() if bench.train_defaults else None
     cfg = load_config(ns.config_path, [*bench.overrides(ns), *ns.config_overrides], defaults=defaults)
+    if ns.write and getattr(ns, "no_control", False):
+        raise ConfigError(
+            f"--write {ns.write}: refused with --no-control — BENCHMARKS.md's figures stand beside their control "
+            "(leave out --write, or --no-control)"
+        )
     if ns.write and cfg.train.dev_size:
         raise ConfigError(
             f"--write {ns.write}: refused with train.dev_size={cfg.train.dev_size} — a dev split's figures are "
