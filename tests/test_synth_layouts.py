@@ -185,7 +185,7 @@ def test_a_pypi_source_with_a_bad_count_is_refused() -> None:
 
 @pytest.mark.slow
 def test_a_pypi_source_is_synthesised_once_and_then_read_from_the_cache(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:
     """The sdist comes from the package index with pip (the one network access a test makes here)."""
     from coderl.tasks import load_tasks
@@ -193,9 +193,11 @@ def test_a_pypi_source_is_synthesised_once_and_then_read_from_the_cache(
     monkeypatch.setenv("CODERL_CACHE_DIR", str(tmp_path))
     tasks = load_tasks("pypi:toolz==0.12.1?n=1")
     assert len(tasks) == 1 and tasks[0].id.startswith("toolz-0.12.1-s") and tasks[0].fail_to_pass
+    said = capfd.readouterr().err  # what it is doing, then its progress: minutes in a main job's start
+    assert "pypi:toolz==0.12.1: synthesising 1 tasks (seed 0)" in said and "mutants kept: 1/1" in said
     monkeypatch.setattr("coderl.tasks.synth.source.subprocess.run", None)  # a second pip call would fail
     again = load_tasks("pypi:toolz==0.12.1?n=1")
-    assert [t.id for t in again] == [t.id for t in tasks]
+    assert [t.id for t in again] == [t.id for t in tasks] and "synthesising" not in capfd.readouterr().err
 
 
 @pytest.mark.slow

@@ -12,6 +12,7 @@ import asyncio
 import hashlib
 import json
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from coderl.errors import TaskError
@@ -31,19 +32,31 @@ def synthesized_tasks(spec: str, n: int, seed: int, timeout_s: float = 120.0) ->
     key = hashlib.sha256(json.dumps([RECIPE, spec, n, seed, timeout_s]).encode()).hexdigest()[:16]
 
     def build(folder: Path) -> None:
-        from coderl.tasks.synth.build import SynthOptions, synthesize
+        from rich.console import Console
+
+        from coderl.progress import progress_bars
+        from coderl.tasks.synth.build import SynthOptions, progress_callback, synthesize
 
         failure: list[BaseException] = []
+        console = Console(stderr=True)
+        console.print(
+            f"pypi:{spec}: synthesising {n} tasks (seed {seed}) from its sdist — once on this machine, then "
+            "cached — its suite run twice first, then mutants"
+        )
 
-        def work() -> None:
+        def work(on_progress: Callable[..., None]) -> None:
             try:
-                asyncio.run(synthesize(f"pypi:{spec}", folder, SynthOptions(n=n, seed=seed, timeout_s=timeout_s)))
+                options = SynthOptions(n=n, seed=seed, timeout_s=timeout_s)
+                asyncio.run(synthesize(f"pypi:{spec}", folder, options, on_progress=on_progress))
             except BaseException as exc:  # handed to the caller's thread
                 failure.append(exc)
 
-        thread = threading.Thread(target=work, name="coderl-synth", daemon=True)
-        thread.start()
-        thread.join()
+        with progress_bars(console, name=f"pypi:{spec}") as progress:
+            thread = threading.Thread(
+                target=work, args=(progress_callback(progress, n),), name="coderl-synth", daemon=True
+            )
+            thread.start()
+            thread.join()
         if failure:
             raise failure[0]
 
