@@ -200,12 +200,48 @@ def test_a_dev_split_never_holds_a_task_the_starting_weights_imitated() -> None:
 def test_bench_write_refuses_dev_split_figures(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "coderl", "bench", "rl", "--write", str(tmp_path / "B.md"), "train.dev_size=12"],
-        capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+        capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL, cwd=tmp_path,
     )  # fmt: skip
     assert done.returncode != 0 and "train.dev_size=12" in done.stderr and "held-out" in done.stderr
     alone = subprocess.run(
         [sys.executable, "-m", "coderl", "bench", "rl", "--no-control", "--write", str(tmp_path / "B.md")],
-        capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+        capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL, cwd=tmp_path,
     )  # fmt: skip
     assert alone.returncode != 0 and "refused with --no-control" in alone.stderr
     assert not (tmp_path / "B.md").exists()
+
+
+@pytest.mark.slow
+def test_a_run_on_a_dev_split_validates_dev_tasks_only_and_says_so(tmp_path: Path) -> None:
+    import asyncio
+    import io
+    import json
+
+    from rich.console import Console
+
+    from coderl.config import load_config
+    from coderl.engine.scripted import ScriptedEngine
+    from coderl.train.loop import Trainer
+    from tests.tiny import tiny_checkpoint
+
+    source = "bundled:synth?bug_in=callee"
+    cfg = load_config(overrides=[
+        f"train.tasks={source}", "train.val_size=24", "train.val_also=[bundled:warmup]", "train.dev_size=2",
+        "train.steps=1", "train.tasks_per_step=1", "train.group_size=2", "train.val_samples=1",
+        "rollout.agent=swe", "rollout.tools=[show_function,replace_function,submit]", "rollout.max_tokens=16",
+        "rollout.max_turns=2", "actor.lr=1e-6", f"run.dir={tmp_path}", f"model.path={tiny_checkpoint()}",
+    ])  # fmt: skip
+    out = io.StringIO()
+    asyncio.run(Trainer(cfg, tmp_path, Console(file=out, width=300), engine=ScriptedEngine()).run())
+    said = out.getvalue()
+    split = train_and_held_out(source, "", 24, ["bundled:warmup"], dev_size=2)
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    vals = [r for r in rows if "val_pass_at_1" in r]
+    assert len(vals) == 2 and all(r["val_tasks"] == 2 and r["val_split"] == "dev" for r in vals)
+    assert not any(key.startswith("val_also") for r in rows for key in r)  # the held-out sets are set aside
+    validated = {json.loads(line)["task_id"] for line in (tmp_path / "validation" / "step-000000" / "trajectories.jsonl").open()}
+    assert validated == {t.id for t in split.val}
+    trained = {json.loads(line)["task_id"] for line in (tmp_path / "trajectories.jsonl").open()}
+    assert trained and not trained & {t.id for t in split.unseen()}
+    assert "dev split (train.dev_size): validating on 2 training tasks" in said and "39 held-out tasks" in said
+    assert "dev pass@1 (start -> end)" in said and "held-out pass@1 (start" not in said

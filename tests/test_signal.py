@@ -15,6 +15,7 @@ from rich.console import Console
 from coderl.config import load_config
 from coderl.engine.scripted import ScriptedEngine
 from coderl.rollout.runner import RolloutResult
+from coderl.tasks.patching import holds_change
 from coderl.train.loop import Trainer
 from coderl.train.signal import OUTCOMES, SignalWatch, outcome, outcomes, signal_metrics
 from coderl.train.validation import outcome_text
@@ -51,9 +52,30 @@ def test_outcomes_sort_every_sample_once() -> None:
         result("a#0", 0.0, "token_limit", patch=diff), result("a#0", 0.0, "error"),
     ]  # fmt: skip
     assert [outcome(r) for r in samples] == ["solved", "wrong_change", "no_change", "cut_off", "error"]
-    assert outcomes(samples) == {"solved": 1, "wrong_change": 1, "no_change": 1, "cut_off": 1, "error": 1}
+    assert outcomes(samples) == {
+        "solved": 1, "fix_plus_edits": 0, "wrong_change": 1, "no_change": 1, "cut_off": 1, "error": 1}  # fmt: skip
     assert outcomes([]) == dict.fromkeys(OUTCOMES, 0)
     assert outcome_text(outcomes(samples[:3])) == "1 solved, 1 wrong change, 1 no change"
+
+
+def test_a_failing_patch_that_holds_the_gold_fix_is_told_apart_from_a_wrong_one() -> None:
+    gold = "--- a/m.py\n+++ b/m.py\n@@ -2,2 +2,2 @@\n def f(x):\n-    return x - 1\n+    return x + 1\n"
+    more = (  # the fix, and a line below it broken while the function was written out again
+        "diff --git a/m.py b/m.py\n--- a/m.py\n+++ b/m.py\n@@ -2,3 +2,3 @@\n def f(x):\n-    return x - 1\n"
+        "+    return x + 1\n-y = 2\n+y = 3\n"
+    )
+    wrong = "--- a/m.py\n+++ b/m.py\n@@ -2,2 +2,2 @@\n def f(x):\n-    return x - 1\n+    return x + 2\n"
+    other_file = gold.replace("m.py", "n.py")
+    assert holds_change(more, gold) and holds_change(gold, gold)
+    assert not holds_change(wrong, gold) and not holds_change(other_file, gold) and not holds_change(more, "")
+    samples = [result("t#0", 0.0, patch=more), result("t#0", 0.0, patch=wrong), result("t#0", 1.0, patch=gold)]
+    assert [outcome(r, gold) for r in samples] == ["fix_plus_edits", "wrong_change", "solved"]
+    assert outcome(samples[0]) == "wrong_change"  # no gold patch known: a change that failed
+    counts = outcomes(samples, {"t": gold})
+    assert counts["fix_plus_edits"] == 1 and counts["wrong_change"] == 1
+    assert outcome_text(counts) == "1 solved, 1 fix plus breaking edits, 1 wrong change"
+    assert signal_metrics(samples, {"t": gold})["fix_plus_edits_share"] == pytest.approx(1 / 3)
+    assert signal_metrics(samples)["fix_plus_edits_share"] == 0.0
 
 
 def test_a_starved_streak_of_unchanged_repositories_says_so() -> None:

@@ -40,7 +40,7 @@ SMALL = [
     "model.dtype=float32",
     "train.val_sampled=0",
 ]
-REQUIRED = ("step", "reward_mean", "pass_rate", "no_change_share", "logprob_mismatch", "kl", "entropy", "grad_norm", "stage_s")
+REQUIRED = ("step", "reward_mean", "pass_rate", "no_change_share", "fix_plus_edits_share", "logprob_mismatch", "kl", "entropy", "grad_norm", "stage_s")
 
 
 def _train(*args: str) -> subprocess.Popen[str]:

@@ -192,6 +192,8 @@ def bench_rl(
     runs (``--no-control``)."""
     if jobs < 1:
         raise CoderlError(f"bench rl: --jobs {jobs} is not a number of processes; give 1 or more")
+    if temperatures and not control:
+        raise CoderlError("bench rl: --no-control with --temperatures — the sweep runs no control to leave out; drop one")
     refuse_time_bound(cfg, "rl")
     if not cfg.sft.before_rl or not cfg.sft.data:
         raise CoderlError(
@@ -297,10 +299,8 @@ def to_markdown(r: dict[str, Any]) -> str:
                 f"| {label} ({r[f'{infix}held_out_tasks']} tasks) | {kind} | {cells(r[f'warm_{infix}pass_at_1'])} | "
                 f"{cells(r[ends])} | **{r[f'{key}_{infix}rise']:+.3f}** | [{lo:+.3f}, {hi:+.3f}] |"
             )
-    lines += [
-        "",
-        "Target: `rl_rise` >= +0.10 with its interval above 0, the control's holding 0.",
-    ]
+    target = "Target: `rl_rise` >= +0.10 with its interval above 0"
+    lines += ["", target + (", the control's holding 0." if r.get("control", True) else " (no control run here).")]
     return "\n".join(lines)
 
 

@@ -284,7 +284,7 @@ def _one_default_step(cfg: Config, console: Console) -> dict[str, Any]:
         one = cfg.model_copy(
             update={  # one RL step: no validation, no warm start
                 "train": cfg.train.model_copy(
-                    update={"steps": 1, "val_tasks": "none", "val_also": [], "calibrate_tasks": 0}
+                    update={"steps": 1, "val_tasks": "none", "val_also": [], "dev_size": 0, "calibrate_tasks": 0}
                 ),
                 "sft": cfg.sft.model_copy(update={"before_rl": False}),
             }

@@ -140,12 +140,13 @@ def _agents(cfg: Config, ns: argparse.Namespace, console: Console) -> dict[str, 
 RL_QUICK = [
     "train.steps=1", "train.val_size=2", "train.val_samples=1", "train.val_sampled=0", "sft.max_demos=4",
     "train.calibrate_tasks=2", "train.calibrate_samples=1", "train.tasks_per_step=1", "train.group_size=2",
+    "train.val_also=[]",
 ]  # fmt: skip
 """What ``coderl bench rl --quick`` sets: a smoke run of every stage."""
 
 SCALE_RUN = [
-    "train.val_tasks=none", "sft.before_rl=false", "train.save_every=1000", "train.calibrate_tasks=0",
-    "algo.dynamic_sampling=false",
+    "train.val_tasks=none", "train.val_also=[]", "train.dev_size=0", "sft.before_rl=false", "train.save_every=1000",
+    "train.calibrate_tasks=0", "algo.dynamic_sampling=false",
 ]  # fmt: skip
 """What every run of ``coderl bench scale`` sets: no validation, no warm start, no calibration, one
 checkpoint; every step rolls out once and updates (no group refilled), so the modes time the same work."""
@@ -231,7 +232,7 @@ BENCHES: dict[str, Bench] = {
         ],
         train_defaults=True,
         overrides=lambda ns: (
-            ["train.steps=1", "train.val_size=2", "train.val_samples=1", "sft.max_demos=4"]
+            ["train.steps=1", "train.val_size=2", "train.val_samples=1", "train.val_also=[]", "sft.max_demos=4"]
             if ns.quick
             else []
         ),

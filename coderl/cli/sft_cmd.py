@@ -25,7 +25,7 @@ def run_sft(ns: argparse.Namespace) -> int:
     from coderl.chat import ChatFormat
     from coderl.tasks.split import train_and_held_out
     from coderl.train.ranks import build_actor
-    from coderl.train.sft import build_demos, check_demos
+    from coderl.train.sft import build_demos, check_demos, read_demonstrated
 
     cfg = train_config(ns.config_path, list(ns.config_overrides), bare=ns.bare)  # the loop RL will use
     if cfg.cluster.actor == "ray":
@@ -36,7 +36,8 @@ def run_sft(ns: argparse.Namespace) -> int:
     console = Console(stderr=True)
     run_dir = create_run_dir(cfg, "sft")
     t = cfg.train
-    unseen = train_and_held_out(t.tasks, t.val_tasks, t.val_size, t.val_also, t.dev_size).unseen()
+    before = read_demonstrated(cfg.model.path)  # model.path may be a warm start itself
+    unseen = train_and_held_out(t.tasks, t.val_tasks, t.val_size, t.val_also, t.dev_size, before).unseen()
     chat = ChatFormat.for_model(cfg.model)
     with console.status("making demonstrations"):
         demos, made = asyncio.run(build_demos(cfg, chat, unseen))
@@ -55,7 +56,7 @@ def run_sft(ns: argparse.Namespace) -> int:
 def _train_and_export(
     ns: argparse.Namespace, cfg: Config, console: Console, run_dir: Path, actor: Policy, demos: list[Trajectory]
 ) -> int:
-    from coderl.train.sft import sft_steps, train_sft, write_demonstrated
+    from coderl.train.sft import read_demonstrated, sft_steps, train_sft, write_demonstrated
     from coderl.train.sync import export_checkpoint
 
     steps = sft_steps(len(demos), cfg.sft)
@@ -72,7 +73,7 @@ def _train_and_export(
         out.writelines(json.dumps(r) + "\n" for r in rows)
     model = Path(ns.out) if ns.out else run_dir / "model"
     export_checkpoint(actor, cfg.model, model)
-    write_demonstrated(model, demos)  # coderl train's calibration pass reads which tasks it imitated
+    write_demonstrated(model, demos, read_demonstrated(cfg.model.path))  # coderl train's calibration reads it
     console.print(
         f"nll {rows[0]['nll']:.3f} -> {rows[-1]['nll']:.3f} over {len(rows)} steps; the warm-started model: {model}\n"
         f"start RL from it: coderl train model.path={model}"

@@ -92,3 +92,31 @@ def apply_file_diff(text: str, file_diff: str) -> str:
             elif row.startswith("+"):
                 out.append(body if body.endswith("\n") else body + "\n")
     return "".join(out + lines[at:])
+
+
+def _changed_lines(file_diff: str) -> tuple[set[str], set[str]]:
+    """(lines removed, lines added) by a one-file diff, trailing blanks stripped."""
+    removed: set[str] = set()
+    added: set[str] = set()
+    for row in file_diff.splitlines():
+        if row.startswith(("---", "+++")):
+            continue
+        if row.startswith("-"):
+            removed.add(row[1:].rstrip())
+        elif row.startswith("+"):
+            added.add(row[1:].rstrip())
+    return removed, added
+
+
+def holds_change(patch: str, gold: str) -> bool:
+    """Whether ``patch`` makes every change of ``gold``: in each file the gold patch touches, every line
+    it removes is removed and every line it adds is added (other changes may come with them). False for
+    an empty gold patch."""
+    mine = {piece.path: _changed_lines(piece.text) for piece in split_patch(patch)}
+    pieces = split_patch(gold)
+    for piece in pieces:
+        removed, added = _changed_lines(piece.text)
+        got_removed, got_added = mine.get(piece.path, (set(), set()))
+        if not (removed <= got_removed and added <= got_added):
+            return False
+    return bool(pieces)

@@ -215,7 +215,7 @@ class TrainConfig(Section):
     imitated, as model.path's coderl-demos.json records, nor one fixing the same function), and sets
     the held-out tasks (the split's or train.val_tasks', and train.val_also's) aside: neither trained on,
     demonstrated, calibrated, guided nor validated. Compare settings this way, then report on the
-    held-out tasks with 0 (the default)."""
+    held-out tasks with 0 (the default). At most all candidates but one are taken."""
     val_samples: int = Field(4, ge=1)
     """Samples per held-out task: pass@1 is their mean, so more samples give a steadier estimate."""
     val_sampled: int = Field(0, ge=0)

@@ -120,6 +120,7 @@ class Trainer:
         self.tasks: list[Task] = []
         self.val_tasks: list[Task] = []
         self.val_also_tasks: list[list[Task]] = []  # one list per source of train.val_also
+        self._golds: dict[str, str] = {}  # each training task's gold patch, by id (signal_metrics)
         self.split: TaskSplit | None = None  # the tasks above, and with a dev split the held-out ones set aside
         self.curriculum: Curriculum | None = None  # which tasks each step draws (saved in checkpoints)
         self.version = 0  # updates applied to the policy
@@ -160,7 +161,8 @@ class Trainer:
             self.actor = build_policy(self.cfg, warmed, self.warm_dir if warmed else cfg.model.path)
         self.split = split = split_tasks(cfg)
         self.tasks, self.val_tasks, self.val_also_tasks = list(split.train), split.val, split.also
-        if split.set_aside:
+        self._golds = {t.id: t.gold_patch or "" for t in split.train}  # whose change a sample may hold
+        if cfg.train.dev_size:
             self.console.print(
                 f"dev split (train.dev_size): validating on {len(split.val)} training tasks the starting weights "
                 f"never imitated; the {len(split.set_aside)} held-out tasks are set aside, neither trained on "
@@ -314,7 +316,7 @@ class Trainer:
         with timer("check"):
             trainable, token_mismatch = self.rollouts.trainable(results, stale)
         row = rollout_metrics(step, results)
-        row.update(signal_metrics(results))
+        row.update(signal_metrics(results, self._golds))
         row.update(extra)
         warning = self.signal.observe(step, results)
         row["starved_steps"] = self.signal.streak
@@ -382,8 +384,9 @@ class Trainer:
         with self.console.status("making the warm start's demonstrations"):
             demos, made = await build_demos(cfg, self._chat(), self.held_out())
         check_demos(demos, made)
-        write_demonstrated(self.run_dir, demos)
-        self.demonstrated = {d.task_id for d in demos}
+        before = read_demonstrated(cfg.model.path)  # model.path may be a warm start itself
+        write_demonstrated(self.run_dir, demos, before)
+        self.demonstrated = {d.task_id for d in demos} | before
         assert self.engine is not None
         released = await self.engine.release_weights()  # nothing samples until the sync below replaces them
         bar = progress.add_task("supervised warm start", total=sft_steps(len(demos), cfg.sft), info="")
@@ -400,7 +403,7 @@ class Trainer:
             out.writelines(json.dumps(r) + "\n" for r in sft_rows)
         if cfg.actor.lora_rank > 0:  # the RL phase trains LoRA adapters on the warm start's weights
             await in_own_thread(export_checkpoint, self.actor, cfg.model, self.warm_dir)
-            write_demonstrated(self.warm_dir, demos)
+            write_demonstrated(self.warm_dir, demos, before)
             await in_own_thread(self.actor.close)
             self.actor = build_policy(self.cfg, True, self.warm_dir)
             await in_own_thread(self.actor.setup)
@@ -444,7 +447,7 @@ class Trainer:
             return await self.rollouts.rollout(groups, progress, label, temperature)
 
         c = self.cfg
-        also = list(zip(c.train.val_also, self.val_also_tasks, strict=True))
+        also = [] if c.train.dev_size else list(zip(c.train.val_also, self.val_also_tasks, strict=True))
         return Validation(c.train, c.rollout, self.run_dir, self.console, roll, self.val_tasks, also)
 
     async def _sync(self, version: int) -> None:

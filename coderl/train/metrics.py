@@ -68,7 +68,7 @@ def summary_line(row: dict[str, Any]) -> str:
         f"teaching groups {teaching}/{groups} solved {row['pass_rate']:.0%} "
         f"reward {row['reward_mean']:.2f} (shaped {row.get('shaped_reward_mean', row['reward_mean']):.2f}) "
         f"truncated {row.get('truncated_share', 0.0):.0%} parse-fail {row.get('parse_failure_rate', 0.0):.0%} "
-        f"calls {row.get('tool_calls_mean', 0.0):.1f} no-change {row.get('no_change_share', 0.0):.0%} |adv| {row.get('advantage_abs_mean', 0.0):.2f} "
+        f"calls {row.get('tool_calls_mean', 0.0):.1f} no-change {row.get('no_change_share', 0.0):.0%} fix+edits {row.get('fix_plus_edits_share', 0.0):.0%} |adv| {row.get('advantage_abs_mean', 0.0):.2f} "
         f"trained {row.get('trained_tokens', 0)} tok len {row['response_len_mean']:.0f} "
         f"kl {row.get('kl', 0.0):.4f} ent {row.get('entropy', 0.0):.2f} mismatch {row.get('logprob_mismatch', 0.0):.1e} "
         f"{row.get('step_s', 0.0):.0f}s"
@@ -89,10 +89,13 @@ def run_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     if vals:
         first, last = vals[0], vals[-1]
         rise = last["val_pass_at_1"] - first["val_pass_at_1"]
-        summary["held-out pass@1"] = (
+        dev = last.get("val_split") == "dev"
+        summary["held-out pass@1"] = (  # the key stays: a dev split's figures are labelled in the text
             f"{heldout(first)} at step {first['step']} -> {heldout(last)} at step {last['step']} ({rise:+.3f}; "
-            f"{last['val_tasks']} held-out tasks x {last['val_samples']} samples, 95% intervals)"
+            f"{last['val_tasks']} {'dev' if dev else 'held-out'} tasks x {last['val_samples']} samples, 95% intervals)"
         )
+        if dev:
+            summary["validated on"] = "a dev split of training tasks (train.dev_size); the held-out tasks set aside"
     for prefix in also_prefixes(rows):
         also = [r for r in rows if f"{prefix}_pass_at_1" in r]
         rise = also[-1][f"{prefix}_pass_at_1"] - also[0][f"{prefix}_pass_at_1"]

@@ -26,8 +26,8 @@ _W, _H, _PAD = 520, 220, 58
 CHARTS: list[tuple[str, list[str]]] = [
     ("Held-out pass@1 (95% interval)", ["val_pass_at_1", "val_sampled_pass_at_1", "val_also_pass_at_1", "val_also2_pass_at_1", "val_also3_pass_at_1"]),
     ("RL signal: groups that can teach, solved share, reward", ["teaching_groups", "pass_rate", "reward_mean", "shaped_reward_mean"]),
-    ("Truncated samples and turns, tool-call parse failures, samples ending with no change",
-     ["truncated_share", "turn_truncated_share", "parse_failure_rate", "no_change_share"]),
+    ("Truncated samples and turns, tool-call parse failures, samples ending with no change, fix plus breaking edits",
+     ["truncated_share", "turn_truncated_share", "parse_failure_rate", "no_change_share", "fix_plus_edits_share"]),
     ("Tool calls and format errors per trajectory", ["tool_calls_mean", "format_errors_mean"]),
     ("Mean |advantage| of trained tokens", ["advantage_abs_mean"]),
     ("Tokens trained on (model tokens in the loss)", ["trained_tokens"]),
@@ -150,7 +150,8 @@ def finish_report(run_dir: Path, console: Console) -> Path:
     for line in validation_table(rows):
         console.print(line, highlight=False, soft_wrap=True)
     if "held-out pass@1" in summary:
-        console.print(f"held-out pass@1 (start -> end): {summary['held-out pass@1']}")
+        what = "dev" if "validated on" in summary else "held-out"
+        console.print(f"{what} pass@1 (start -> end): {summary['held-out pass@1']}")
     return write_report(run_dir, rows, summary)
 
 

@@ -95,9 +95,10 @@ DEMONSTRATED = "coderl-demos.json"
 """Beside a warm-started model's weights (and in its run directory): the ids of the tasks it imitated."""
 
 
-def write_demonstrated(folder: Path, demos: list[Trajectory]) -> None:
-    """Record which tasks a warm start demonstrated, in ``folder`` (a model folder or a run directory)."""
-    ids = sorted({d.task_id for d in demos})
+def write_demonstrated(folder: Path, demos: list[Trajectory], before: set[str] | None = None) -> None:
+    """Record which tasks a warm start demonstrated, in ``folder`` (a model folder or a run directory);
+    ``before``: those the weights it started from had imitated already (kept in the record)."""
+    ids = sorted({d.task_id for d in demos} | (before or set()))
     (folder / DEMONSTRATED).write_text(json.dumps({"task_ids": ids}) + "\n")
 
 

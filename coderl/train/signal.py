@@ -23,28 +23,35 @@ Figures, per step (all samples rolled out in the step, refills included):
 - ``tool_calls_mean``: parsed tool calls per sample;
 - ``no_change_share``: share of samples the agent ended (no limit, no error) with the repository as
   it was given (an empty patch): a policy that submits without finding what to change;
+- ``fix_plus_edits_share``: share of samples that hold every change of the task's gold patch and
+  still fail: other edits broke what the fix mended (a policy that rewrites a function and does not
+  copy the rest of it faithfully);
 - and, from the update, ``advantage_abs_mean`` and ``trained_tokens`` (model tokens in the loss).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from coderl.rollout.runner import RolloutResult
+from coderl.tasks.patching import holds_change
 
 LIMITS = ("token_limit", "step_limit", "context_limit")
 """Exit statuses of a rollout that a limit ended, not the agent."""
 
 
-OUTCOMES = ("solved", "wrong_change", "no_change", "cut_off", "error")
+OUTCOMES = ("solved", "fix_plus_edits", "wrong_change", "no_change", "cut_off", "error")
 """How a sample ended (:func:`outcome`), in the order tables show them."""
 
 
-def outcome(result: RolloutResult) -> str:
-    """``solved``; ``cut_off`` (a limit ended it); ``error``; else the agent ended it unsolved, with a
-    change (``wrong_change``: a non-empty patch) or with the repository as given (``no_change``)."""
+def outcome(result: RolloutResult, gold: str = "") -> str:
+    """``solved``; ``cut_off`` (a limit ended it); ``error``; else the agent ended it unsolved: with
+    the repository as given (``no_change``), or with a change — ``fix_plus_edits`` when it holds every
+    change of the task's gold patch ``gold`` (:func:`coderl.tasks.patching.holds_change`), so other
+    edits broke what the fix mended, else ``wrong_change``."""
     t = result.trajectory
     if result.resolved:
         return "solved"
@@ -52,14 +59,17 @@ def outcome(result: RolloutResult) -> str:
         return "cut_off"
     if t.exit_status == "error":
         return "error"
-    return "wrong_change" if t.patch.strip() else "no_change"
+    if not t.patch.strip():
+        return "no_change"
+    return "fix_plus_edits" if gold and holds_change(t.patch, gold) else "wrong_change"
 
 
-def outcomes(results: list[RolloutResult]) -> dict[str, int]:
-    """Samples per :data:`OUTCOMES` kind (every kind present, 0 where none)."""
+def outcomes(results: list[RolloutResult], golds: Mapping[str, str] | None = None) -> dict[str, int]:
+    """Samples per :data:`OUTCOMES` kind (every kind present, 0 where none); ``golds``: each task's
+    gold patch by task id (without it, or for a task without one, no sample is ``fix_plus_edits``)."""
     counts = dict.fromkeys(OUTCOMES, 0)
     for r in results:
-        counts[outcome(r)] += 1
+        counts[outcome(r, (golds or {}).get(r.trajectory.task_id, ""))] += 1
     return counts
 
 
@@ -70,12 +80,13 @@ def _groups(results: list[RolloutResult]) -> dict[str, list[float]]:
     return rewards
 
 
-def signal_metrics(results: list[RolloutResult]) -> dict[str, Any]:
-    """The signal figures of one step's rollouts (module doc)."""
+def signal_metrics(results: list[RolloutResult], golds: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The signal figures of one step's rollouts (module doc); ``golds`` as for :func:`outcomes`."""
     trajs = [r.trajectory for r in results]
     n = max(len(trajs), 1)
     groups = _groups(results)
     turns = sum(t.num_turns for t in trajs)
+    ended = outcomes(results, golds)
     return {
         "groups": len(groups),
         "teaching_groups": sum(1 for g in groups.values() if max(g) > min(g)) / max(len(groups), 1),
@@ -83,7 +94,7 @@ def signal_metrics(results: list[RolloutResult]) -> dict[str, Any]:
         "turn_truncated_share": sum(t.metrics.get("truncated_turns", 0.0) for t in trajs) / max(turns, 1),
         "parse_failure_rate": sum(t.metrics.get("format_errors", 0.0) for t in trajs) / max(turns, 1),
         "tool_calls_mean": sum(t.metrics.get("tool_calls", 0.0) for t in trajs) / n,
-        "no_change_share": outcomes(results)["no_change"] / n,
+        **{f"{kind}_share": ended[kind] / n for kind in ("no_change", "fix_plus_edits")},
     }
 
 

@@ -135,8 +135,8 @@ class Validation:
         store.close()
         report = build_report([r.report_row() for r in results], {x.id: x.tier for x in tasks}, [1])
         lo, hi = report["pass@1_ci95"]
-        ended = outcomes(results)
-        label = "held-out pass@1"
+        ended = outcomes(results, {x.id: x.gold_patch or "" for x in tasks})
+        label = f"{'dev' if self.train.dev_size else 'held-out'} pass@1"  # dev: tasks of a dev split
         if prefix == "val_sampled":
             label += f" at T={temperature:g}"
         elif source:
@@ -147,6 +147,7 @@ class Validation:
         )
         return {
             **({f"{prefix}_source": source} if source else {}),
+            **({f"{prefix}_split": "dev"} if self.train.dev_size else {}),
             f"{prefix}_pass_at_1": report["pass@1"],
             f"{prefix}_pass_at_1_ci95": report["pass@1_ci95"],
             f"{prefix}_reward_mean": report["mean_reward"],
@@ -159,9 +160,14 @@ class Validation:
         }
 
 
+_SAID = {"fix_plus_edits": "fix plus breaking edits"}
+"""How the console names an outcome kind whose key alone reads badly."""
+
+
 def outcome_text(counts: dict[str, int]) -> str:
-    """``3 solved, 11 wrong change, 9 no change, 1 cut off`` (kinds with no sample left out)."""
-    return ", ".join(f"{n} {kind.replace('_', ' ')}" for kind, n in counts.items() if n) or "none"
+    """``3 solved, 2 fix plus breaking edits, 9 wrong change, 9 no change, 1 cut off`` (kinds with no
+    sample left out)."""
+    return ", ".join(f"{n} {_SAID.get(kind, kind.replace('_', ' '))}" for kind, n in counts.items() if n) or "none"
 
 
 def point_name(row: dict[str, Any]) -> str:
@@ -179,7 +185,8 @@ def validation_cells(rows: list[dict[str, Any]]) -> list[list[str]]:
     points = [r for r in rows if any(f"{p}_pass_at_1" in r for p in prefixes if p != "val_sampled")]
     if not points:
         return []
-    table = [["held-out pass@1", *(point_name(r) for r in points)]]
+    what = "dev" if any(r.get("val_split") == "dev" for r in points) else "held-out"
+    table = [[f"{what} pass@1", *(point_name(r) for r in points)]]
     for prefix in prefixes:
         have = [r for r in points if f"{prefix}_pass_at_1" in r]
         if not have:
