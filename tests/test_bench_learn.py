@@ -67,6 +67,7 @@ def test_bench_learn_runs_the_recipe_and_its_control_in_processes_of_their_own(t
     for held in ("val_also_", "val_also2_", "val_also2_control_"):
         assert r[f"{held}held_out_tasks"] == 1 and len(r[f"{held}start_pass_at_1"]) == 1
     assert "`bundled:checkkit-s001` (1 tasks)" in section and "`bundled:unitkit-s031` (1 tasks)" in section
+    assert "warm_pass_at_1" not in r and "rl_rise" not in r  # no warm start here: no RL's share to tell apart
 
     # the same bench again reuses both finished runs (an interrupted bench goes on where it stopped)
     again = bench(tmp_path)
@@ -98,7 +99,10 @@ def test_the_table_names_the_new_repository_target_for_a_pypi_set() -> None:
               f"{held}rise_ci95": [0.0, 0.2], f"{held}control_start_pass_at_1": [0.0],
               f"{held}control_end_pass_at_1": [0.0], f"{held}control_rise": 0.0,
               f"{held}control_rise_ci95": [0.0, 0.0], f"{held}held_out_tasks": 24}  # fmt: skip
+    r |= {"warm_pass_at_1": [0.25], "rl_rise": -0.208, "rl_rise_ci95": [-0.375, -0.042]}  # the split's
     text = to_markdown(r)
+    assert "| 0.000 | 0.250 | 0.100 | **+0.100** | [+0.000, +0.200] | -0.208 [-0.375, -0.042] |" in text
+    assert "| 0.000 | - | 0.100 | **+0.100** | [+0.000, +0.200] | - |" in text  # a set without the figure
     assert "For `pypi:toolz==0.12.1?n=24` (a repository no training task comes from): a rise with its interval above 0." in text
     assert "`bundled:warmup` (a repository" not in text
     del r["val_also_sets"]

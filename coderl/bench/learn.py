@@ -13,6 +13,8 @@ are:
   seeded), and each resample's rise is the mean over its tasks of (end - start) pass rate averaged
   over seeds; start and end of a task are paired within a seed;
 - the control's rise and its interval (it should be within its own noise: the interval holds 0).
+- with a warm start, the recipe's pass@1 after it (``warm_pass_at_1``) and RL's own share, the rise
+  from there to the end (``rl_rise``, ``rl_rise_ci95``, paired the same way).
 
 Every held-out set is reported: the split of ``train.tasks`` (``val``) and each source of
 ``train.val_also`` (``val_also``, ``val_also2``, ...: for example the hand-written warm-up tier, and tasks
@@ -164,12 +166,14 @@ def _one_run(cfg: Config, console: Console, run_dir: Path, jobs: int) -> dict[st
     also = [also_prefix(i) for i in range(len(cfg.train.val_also))]
     validations = sorted((run_dir / "validation").iterdir()) if (run_dir / "validation").is_dir() else []
     first, last = (validations[0], validations[-1]) if validations else (run_dir, run_dir)
+    warm = run_dir / "validation" / "step-000000-sft"  # after the warm start, when the run had one
     return {
         "run_dir": str(run_dir),
         "minutes": minutes,  # wall clock, start-up and validations included
         "val": (task_rates(first), task_rates(last)),
         **{p: (task_rates(first / p), task_rates(last / p)) for p in also},
         "val_sampled": (task_rates(first / "val_sampled"), task_rates(last / "val_sampled")),
+        "warm": {"val": task_rates(warm), **{p: task_rates(warm / p) for p in also}},
     }
 
 
@@ -231,6 +235,11 @@ def bench_learn(
             out[f"{key}mean_rise" if kind == "recipe" else f"{key}rise"] = rise["mean_rise"]
             out[f"{key}rise_ci95"] = rise["rise_ci95"]
             out[f"{key}held_out_tasks"] = rise["tasks"]
+            warms = [r["warm"][held] for r in runs[kind]]
+            if kind == "recipe" and all(warms):  # RL's own share: after the warm start -> end
+                out[f"{key}warm_pass_at_1"] = [statistics.fmean(w.values()) for w in warms]
+                share = paired_rise(warms, ends)
+                out[f"{key}rl_rise"], out[f"{key}rl_rise_ci95"] = share["mean_rise"], share["rise_ci95"]
     return out
 
 
@@ -247,8 +256,9 @@ def to_markdown(r: dict[str, Any]) -> str:
         f"configuration on `{r['tasks']}` ({r['steps']} RL steps{', after a supervised warm start' if r['warm_start'] else ''}), "
         f"seeds {r['seeds']}; control: the same with every learning rate 0 (and no warm start, which at rate 0 moves no weight). About {r['minutes_per_run']:.0f} min (wall clock) per run.",
         "",
-        "| held-out set | run | pass@1 at start (per seed) | at end (per seed) | mean rise | 95% interval (paired bootstrap over tasks) |",
-        "|---|---|---|---|---|---|",
+        "| held-out set | run | pass@1 at start (per seed) | after the warm start (per seed) | at end (per seed) "
+        "| mean rise | 95% interval (paired bootstrap over tasks) | RL's share: end - after the warm start [95% interval] |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     sets = r.get("val_also_sets") or ({"val_also": r["val_also"]} if r.get("val_also") else {})
     for held, label in (
@@ -259,9 +269,15 @@ def to_markdown(r: dict[str, Any]) -> str:
             continue
         for kind, prefix, rise in (("recipe", "", "mean_rise"), ("control (lr 0)", "control_", "rise")):
             lo, hi = r[f"{held}{prefix}rise_ci95"]
+            warm, share = "-", "-"
+            if f"{held}{prefix}warm_pass_at_1" in r:
+                warm = cells(r[f"{held}{prefix}warm_pass_at_1"])
+                rl_lo, rl_hi = r[f"{held}{prefix}rl_rise_ci95"]
+                share = f"{r[f'{held}{prefix}rl_rise']:+.3f} [{rl_lo:+.3f}, {rl_hi:+.3f}]"
             lines.append(
-                f"| {label} | {kind} | {cells(r[f'{held}{prefix}start_pass_at_1'])} | {cells(r[f'{held}{prefix}end_pass_at_1'])} "
-                f"| **{r[f'{held}{prefix}{rise}']:+.3f}** | [{lo:+.3f}, {hi:+.3f}] |"
+                f"| {label} | {kind} | {cells(r[f'{held}{prefix}start_pass_at_1'])} | {warm} | "
+                f"{cells(r[f'{held}{prefix}end_pass_at_1'])} | **{r[f'{held}{prefix}{rise}']:+.3f}** | "
+                f"[{lo:+.3f}, {hi:+.3f}] | {share} |"
             )
     target = "Target: mean held-out rise >= +0.15 absolute, its interval above 0, the control's interval holding 0."
     new_repos = [f"`{source}`" for source in sets.values() if str(source).startswith("pypi:")]
