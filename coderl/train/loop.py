@@ -78,7 +78,7 @@ from coderl.train.sft import (
     train_sft,
     write_demonstrated,
 )
-from coderl.train.signal import SignalWatch, signal_metrics
+from coderl.train.signal import SignalWatch, gold_patches, signal_metrics
 from coderl.train.sync import WeightSync, choose_sync, export_checkpoint
 from coderl.train.update import update_policy
 from coderl.train.validation import Validation
@@ -120,7 +120,6 @@ class Trainer:
         self.tasks: list[Task] = []
         self.val_tasks: list[Task] = []
         self.val_also_tasks: list[list[Task]] = []  # one list per source of train.val_also
-        self._golds: dict[str, str] = {}  # each training task's gold patch, by id (signal_metrics)
         self.split: TaskSplit | None = None  # the tasks above, and with a dev split the held-out ones set aside
         self.curriculum: Curriculum | None = None  # which tasks each step draws (saved in checkpoints)
         self.version = 0  # updates applied to the policy
@@ -161,7 +160,6 @@ class Trainer:
             self.actor = build_policy(self.cfg, warmed, self.warm_dir if warmed else cfg.model.path)
         self.split = split = split_tasks(cfg)
         self.tasks, self.val_tasks, self.val_also_tasks = list(split.train), split.val, split.also
-        self._golds = {t.id: t.gold_patch or "" for t in split.train}  # whose change a sample may hold
         if cfg.train.dev_size:
             self.console.print(
                 f"dev split (train.dev_size): validating on {len(split.val)} training tasks the starting weights "
@@ -316,7 +314,7 @@ class Trainer:
         with timer("check"):
             trainable, token_mismatch = self.rollouts.trainable(results, stale)
         row = rollout_metrics(step, results)
-        row.update(signal_metrics(results, self._golds))
+        row.update(signal_metrics(results, gold_patches(self.tasks)))
         row.update(extra)
         warning = self.signal.observe(step, results)
         row["starved_steps"] = self.signal.streak

@@ -32,12 +32,13 @@ Figures, per step (all samples rolled out in the step, refills included):
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from coderl.rollout.runner import RolloutResult
 from coderl.tasks.patching import holds_change
+from coderl.types import Task
 
 LIMITS = ("token_limit", "step_limit", "context_limit")
 """Exit statuses of a rollout that a limit ended, not the agent."""
@@ -62,6 +63,11 @@ def outcome(result: RolloutResult, gold: str = "") -> str:
     if not t.patch.strip():
         return "no_change"
     return "fix_plus_edits" if gold and holds_change(t.patch, gold) else "wrong_change"
+
+
+def gold_patches(tasks: Iterable[Task]) -> dict[str, str]:
+    """Each task's gold patch by id ("" where it has none): what :func:`outcomes` compares against."""
+    return {t.id: t.gold_patch or "" for t in tasks}
 
 
 def outcomes(results: list[RolloutResult], golds: Mapping[str, str] | None = None) -> dict[str, int]:

@@ -30,7 +30,7 @@ from coderl.rollout.report import build_report
 from coderl.rollout.runner import RolloutGroup, RolloutResult, task_groups
 from coderl.rollout.store import TrajectoryStore
 from coderl.train.config import TrainConfig
-from coderl.train.signal import outcomes
+from coderl.train.signal import gold_patches, outcomes
 from coderl.types import Task
 
 Roll = Callable[[list[RolloutGroup], str, float | None], Awaitable[list[RolloutResult]]]
@@ -135,7 +135,7 @@ class Validation:
         store.close()
         report = build_report([r.report_row() for r in results], {x.id: x.tier for x in tasks}, [1])
         lo, hi = report["pass@1_ci95"]
-        ended = outcomes(results, {x.id: x.gold_patch or "" for x in tasks})
+        ended = outcomes(results, gold_patches(tasks))
         label = f"{'dev' if self.train.dev_size else 'held-out'} pass@1"  # dev: tasks of a dev split
         if prefix == "val_sampled":
             label += f" at T={temperature:g}"
