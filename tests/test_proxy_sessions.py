@@ -165,7 +165,8 @@ async def test_secrets_isolate_sessions(chat: ChatFormat, tmp_path: Path) -> Non
 
 async def test_complete_delete_and_idle_expiry(chat: ChatFormat, tmp_path: Path) -> None:
     engine = scripted(chat.tokenizer)
-    async with proxy_client(chat, engine, tmp_path / "p.db", session_ttl_s=0.3) as (client, _):
+    # A long TTL here: on a loaded machine a short one could expire the session before its first call.
+    async with proxy_client(chat, engine, tmp_path / "p.db", session_ttl_s=600) as (client, _):
         s = await new_session(client)
         h = {"Authorization": f"Bearer {s['secret']}"}
         path = f"/s/{s['id']}/v1/chat/completions"
@@ -179,6 +180,8 @@ async def test_complete_delete_and_idle_expiry(chat: ChatFormat, tmp_path: Path)
         openai_error(await client.get(f"/sessions/{s['id']}", headers=ADMIN_H), 404)
         openai_error(await client.delete(f"/sessions/{s['id']}", headers=ADMIN_H), 404)
 
+    engine = scripted(chat.tokenizer)
+    async with proxy_client(chat, engine, tmp_path / "q.db", session_ttl_s=0.3) as (client, _):
         idle = await new_session(client)
         await asyncio.sleep(0.5)
         r = await client.post(
