@@ -219,6 +219,8 @@ def test_warm_start_then_rl(tmp_path: Path, tiny_model: Path) -> None:
     # train.calibrate_from=demonstrated: at most the 2 asked for, of the tasks the warm start imitated
     assert 1 <= rows[2]["calibrate_tasks"] <= 2 and rows[0]["val_sampled_samples"] == 1
     assert "val_sampled_pass_at_1" in rows[3] and "teaching groups" in out and "after warm start" in out
+    # printed once per step: the plain (redirected) steps bar does not repeat the step's line
+    assert not [line for line in out.splitlines() if line.startswith("train steps") and "teaching" in line]
     assert (run / "warm" / "model.safetensors").is_file()  # the RL phase's base: the warm start's weights
     assert (run / "checkpoints" / "step-000001" / "actor" / "adapter").is_dir()  # RL trains LoRA adapters
     held = {t["task_id"] for t in read_trajectories(run / "validation" / "step-000000")}

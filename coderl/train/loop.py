@@ -40,7 +40,7 @@ from coderl.config import Config
 from coderl.engine.base import Engine
 from coderl.errors import ConfigError
 from coderl.memory import PhasePeaks
-from coderl.progress import progress_bars
+from coderl.progress import PlainProgress, progress_bars
 from coderl.rollout.runner import (
     RolloutGroup,
     RolloutResult,
@@ -272,7 +272,9 @@ class Trainer:
                     row = await self.step(step, store, progress, last)
                     budget.done(row)
                     self._record(row, sinks)
-                    progress.update(bar, advance=1, info=summary_line(row))
+                    # A live bar shows the latest step's line; plain progress would print it twice.
+                    info = "" if isinstance(progress, PlainProgress) else summary_line(row)
+                    progress.update(bar, advance=1, info=info)
                     self.console.print(f"step {step}: {summary_line(row)}")
                     if last:
                         if step < cfg.train.steps:
