@@ -245,3 +245,16 @@ def test_a_run_on_a_dev_split_validates_dev_tasks_only_and_says_so(tmp_path: Pat
     assert trained and not trained & {t.id for t in split.unseen()}
     assert "dev split (train.dev_size): validating on 2 training tasks" in said and "39 held-out tasks" in said
     assert "dev pass@1 (start -> end)" in said and "held-out pass@1 (start" not in said
+
+
+def test_the_main_job_validates_three_ways() -> None:
+    import yaml
+
+    from coderl.config.packaged import TRAIN_DEFAULTS, packaged_config
+    from coderl.tasks.overlap import repository_of
+
+    recipe = yaml.safe_load(packaged_config(TRAIN_DEFAULTS).read_text())["train"]  # the shipped file itself
+    hand, new = recipe["val_also"]
+    assert hand == "bundled:warmup" and new.startswith("pypi:toolz==")  # hand-written bugs, a new repository
+    trained = {repository_of(t) for t in load_tasks(recipe["tasks"])}
+    assert trained and not any("toolz" in repo for repo in trained)
