@@ -15,10 +15,29 @@ from coderl.checkpoint import load_model, load_tokenizer, resolve_checkpoint
 from coderl.config import EngineConfig, ModelConfig
 from coderl.engine.embedded import EmbeddedEngine
 
-# The main job's packaged recipe also validates a set synthesised from a PyPI library at run time
-# (train.val_also): tests of other features run without it (no network, minutes saved); a test that
-# wants held-out sets names them on its command line, which wins over the environment.
-os.environ.setdefault("CODERL_TRAIN__VAL_ALSO", "[]")
+
+def _defaults_without_pypi() -> None:
+    """The main job's packaged recipe also validates two more held-out sets (train.val_also), one
+    synthesised from a PyPI library at run time: tests of other features start from a copy of it without
+    them (no network, minutes saved), through CODERL_TRAIN_DEFAULTS, which child processes inherit. A
+    test that wants held-out sets names them; a run's own config.yaml (benches, --resume) is read as
+    written."""
+    import tempfile
+
+    import yaml
+
+    from coderl.config.packaged import DEFAULTS_VARIABLE, TRAIN_DEFAULTS, packaged_config
+
+    if os.environ.get(DEFAULTS_VARIABLE):
+        return
+    recipe = yaml.safe_load(packaged_config(TRAIN_DEFAULTS).read_text())
+    recipe["train"]["val_also"] = []
+    folder = Path(tempfile.mkdtemp(prefix="coderl-test-defaults-"))
+    (folder / "train.yaml").write_text(yaml.safe_dump(recipe, sort_keys=False))
+    os.environ[DEFAULTS_VARIABLE] = str(folder / "train.yaml")
+
+
+_defaults_without_pypi()
 
 collect_ignore_glob = ["data/*"]  # fixtures: repositories with suites of their own (e.g. synth_repo)
 

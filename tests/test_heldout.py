@@ -258,3 +258,18 @@ def test_the_main_job_validates_three_ways() -> None:
     assert hand == "bundled:warmup" and new.startswith("pypi:toolz==")  # hand-written bugs, a new repository
     trained = {repository_of(t) for t in load_tasks(recipe["tasks"])}
     assert trained and not any("toolz" in repo for repo in trained)
+
+
+def test_coderl_train_defaults_may_come_from_a_file_the_environment_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from coderl.config import load_config
+    from coderl.config.packaged import default_train_config
+    from coderl.errors import ConfigError
+
+    (tmp_path / "site.yaml").write_text("train:\n  steps: 3\n")
+    monkeypatch.setenv("CODERL_TRAIN_DEFAULTS", str(tmp_path / "site.yaml"))
+    assert load_config(None, [], defaults=default_train_config()).train.steps == 3
+    monkeypatch.setenv("CODERL_TRAIN_DEFAULTS", str(tmp_path / "missing.yaml"))
+    with pytest.raises(ConfigError, match=r"CODERL_TRAIN_DEFAULTS=.*missing.yaml: no such file.*unset it"):
+        default_train_config()
