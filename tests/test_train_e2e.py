@@ -210,6 +210,7 @@ def test_warm_start_then_rl(tmp_path: Path, tiny_model: Path) -> None:
             "rollout.max_tokens=120", "rollout.max_total_tokens=200", "sft.before_rl=true", f'sft.data=["gold:{suite}"]',
             "sft.lr=1e-4", "sft.epochs=4", "sft.batch_size=2", "train.val_sampled=1", "train.calibrate_tasks=2",
             "train.calibrate_samples=1", "train.guide_share=0.5", "actor.lora_rank=4", f"run.dir={run}",
+            "train.patch_credit=0.3",  # near misses credited in the RL step, never in validation
             "algo.dynamic_sampling=false",  # the one step trains whatever its group scored
             f"model.path={tiny_model}",
         )
@@ -219,6 +220,10 @@ def test_warm_start_then_rl(tmp_path: Path, tiny_model: Path) -> None:
     # train.calibrate_from=demonstrated: at most the 2 asked for, of the tasks the warm start imitated
     assert 1 <= rows[2]["calibrate_tasks"] <= 2 and rows[0]["val_sampled_samples"] == 1
     assert "val_sampled_pass_at_1" in rows[3] and "teaching groups" in out and "after warm start" in out
+    assert "patch_credit_mean" in rows[3] and "credit_groups" in rows[3] and "groups by credit" in out
+    steps = {t["step"]: t for t in read_trajectories(run)}
+    assert "patch_credit" in steps[1]["metrics"]
+    assert all("patch_credit" not in t["metrics"] for t in read_trajectories(run / "validation" / "step-000000"))
     # printed once per step: the plain (redirected) steps bar does not repeat the step's line
     assert not [line for line in out.splitlines() if line.startswith("train steps") and "teaching" in line]
     assert (run / "warm" / "model.safetensors").is_file()  # the RL phase's base: the warm start's weights

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass
 
 _DIFF_START = re.compile(r"^diff --git a/(.+?) b/(.+)$", re.M)
@@ -106,6 +107,32 @@ def _changed_lines(file_diff: str) -> tuple[set[str], set[str]]:
         elif row.startswith("+"):
             added.add(row[1:].rstrip())
     return removed, added
+
+
+def change_overlap(patch: str, gold: str) -> float:
+    """How closely ``patch`` makes ``gold``'s change and nothing else, in [0, 1]: the F1 score of the
+    two patches' changed lines (each a file, a sign, and the line with trailing blanks stripped; blank
+    lines left out; counted with multiplicity). 1 for the same change; 0 when they share no changed
+    line, or either is empty. Changing the right line another way scores about 0.5; the fix with other
+    edits beside it, less the more edits there are."""
+    mine, theirs = _change_counts(patch), _change_counts(gold)
+    common = sum((mine & theirs).values())
+    if not common:
+        return 0.0
+    precision, recall = common / sum(mine.values()), common / sum(theirs.values())
+    return 2 * precision * recall / (precision + recall)
+
+
+def _change_counts(patch: str) -> Counter[tuple[str, str, str]]:
+    counts: Counter[tuple[str, str, str]] = Counter()
+    for piece in split_patch(patch):
+        for row in piece.text.splitlines():
+            if row.startswith(("---", "+++")) or not row.startswith(("-", "+")):
+                continue
+            line = row[1:].rstrip()
+            if line.strip():
+                counts[(piece.path, row[0], line)] += 1
+    return counts
 
 
 def holds_change(patch: str, gold: str) -> bool:

@@ -24,6 +24,7 @@ from coderl.rl import (
     kl_token_rewards,
     overlong_penalty,
 )
+from coderl.train.credit import credit_of
 from coderl.types import Trajectory
 
 
@@ -160,9 +161,9 @@ def build_batch(
 
 
 def _shaped_rewards(rollouts: list[Trajectory], algo: AlgoConfig, max_response: int) -> torch.Tensor:
-    """Each rollout's reward after DAPO's overlong penalty and the format bonus, from its first
-    sequence (the one the agent loop returned); ``[R]``."""
-    rewards = torch.tensor([r.reward for r in rollouts], dtype=torch.float32)  # [R]
+    """Each rollout's reward with its partial credit (train.patch_credit), after DAPO's overlong penalty
+    and the format bonus, from its first sequence (the one the agent loop returned); ``[R]``."""
+    rewards = torch.tensor([r.reward + credit_of(r.metrics) for r in rollouts], dtype=torch.float32)  # [R]
     if algo.overlong_buffer > 0:
         lengths = torch.tensor([float(sum(r.response_mask)) for r in rollouts])  # [R] model tokens
         rewards = rewards + overlong_penalty(

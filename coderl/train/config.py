@@ -132,6 +132,15 @@ class TrainConfig(Section):
     train.guide_steps steps."""
     guide_steps: int | None = Field(None, ge=1)
     """RL steps over which the guidance anneals to 0; empty = train.steps."""
+    patch_credit: float = Field(0.0, ge=0.0, lt=1.0)
+    """Partial credit (coderl.train.credit): an unsolved training sample's reward gets patch_credit x
+    how closely its patch makes the task's gold change (the F1 score of the changed lines: 1 for the
+    same change, ~0.5 for the right line changed another way, 0 for no change), so a group in which no
+    sample solved its task can still teach, and a near miss beats no attempt. It falls linearly to 0 over
+    train.patch_credit_steps; DAPO dynamic sampling counts it. Pass rates, validation and the curriculum
+    count solved tasks only. 0 = off (below 1, so a solved sample always scores highest)."""
+    patch_credit_steps: int | None = Field(None, ge=1)
+    """RL steps over which the partial credit anneals to 0; empty = train.steps."""
     calibrate_tasks: int = Field(0, ge=0)
     """Before the first RL step (after the warm start, when there is one): roll out this many training
     tasks train.calibrate_samples times under the current policy and start the curriculum's pass-rate
@@ -205,6 +214,13 @@ class TrainConfig(Section):
                 f"train.guide_steps: empty with train.guide_share={self.guide_share:g} and train.rl_minutes="
                 f"{self.rl_minutes:g} — guidance would anneal over all {self.steps} train.steps, and a run the "
                 "budget ends sooner would stop still guided; set train.guide_steps to the steps the budget allows"
+            )
+        if self.patch_credit > 0 and self.rl_minutes is not None and self.patch_credit_steps is None:
+            raise ValueError(
+                f"train.patch_credit_steps: empty with train.patch_credit={self.patch_credit:g} and "
+                f"train.rl_minutes={self.rl_minutes:g} — the credit would anneal over all {self.steps} "
+                "train.steps, and a run the budget ends sooner would stop still crediting near misses; set "
+                "train.patch_credit_steps to the steps the budget allows"
             )
         return self
     val_size: int = Field(8, ge=1)

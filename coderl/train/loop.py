@@ -53,6 +53,7 @@ from coderl.train import checkpoints
 from coderl.train.actor import Policy
 from coderl.train.budget import RLBudget
 from coderl.train.calibrate import calibrate
+from coderl.train.credit import PatchCredit
 from coderl.train.curriculum import Curriculum
 from coderl.train.fanout import FanOutSync
 from coderl.train.guidance import Guidance
@@ -189,8 +190,14 @@ class Trainer:
         held = {t.id for t in self.held_out()}
         chat = self._chat()
         guidance = Guidance(cfg.train, cfg.rollout, chat, held) if cfg.train.guide_share > 0 else None
+        t = cfg.train
+        credit = (
+            PatchCredit(t.patch_credit, t.patch_credit_steps or t.steps, gold_patches(self.tasks))
+            if t.patch_credit > 0
+            else None
+        )
         self.rollouts = TrainingRollouts(
-            cfg, self.backend, self.ledger, self.curriculum, guidance, lambda: self.version - self._engine_base
+            cfg, self.backend, self.ledger, self.curriculum, guidance, lambda: self.version - self._engine_base, credit
         )
         if cfg.train.mode == "async":
             self.rollouts.start_producer()

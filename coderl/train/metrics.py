@@ -68,7 +68,12 @@ def summary_line(row: dict[str, Any]) -> str:
         f"teaching groups {teaching}/{groups} solved {row['pass_rate']:.0%} "
         f"reward {row['reward_mean']:.2f} (shaped {row.get('shaped_reward_mean', row['reward_mean']):.2f}) "
         f"truncated {row.get('truncated_share', 0.0):.0%} parse-fail {row.get('parse_failure_rate', 0.0):.0%} "
-        f"calls {row.get('tool_calls_mean', 0.0):.1f} no-change {row.get('no_change_share', 0.0):.0%} fix+edits {row.get('fix_plus_edits_share', 0.0):.0%} |adv| {row.get('advantage_abs_mean', 0.0):.2f} "
+        + (
+            f"credit {row['patch_credit_mean']:.2f} (groups by credit {row.get('credit_groups', 0.0):.0%}) "
+            if "patch_credit_mean" in row
+            else ""
+        )
+        + f"calls {row.get('tool_calls_mean', 0.0):.1f} no-change {row.get('no_change_share', 0.0):.0%} fix+edits {row.get('fix_plus_edits_share', 0.0):.0%} |adv| {row.get('advantage_abs_mean', 0.0):.2f} "
         f"trained {row.get('trained_tokens', 0)} tok len {row['response_len_mean']:.0f} "
         f"kl {row.get('kl', 0.0):.4f} ent {row.get('entropy', 0.0):.2f} mismatch {row.get('logprob_mismatch', 0.0):.1e} "
         f"{row.get('step_s', 0.0):.0f}s"

@@ -21,6 +21,7 @@ from coderl.config import Config
 from coderl.rl import keep_groups
 from coderl.rollout.runner import RolloutBounds, RolloutGroup, RolloutResult, task_groups
 from coderl.rollout.store import TrajectoryStore
+from coderl.train.credit import PatchCredit, credit_of
 from coderl.train.curriculum import Curriculum
 from coderl.train.guidance import Guidance
 from coderl.train.ledger import SampledLedger
@@ -41,6 +42,7 @@ class TrainingRollouts:
         curriculum: Curriculum,
         guidance: Guidance | None,
         version_offset: Callable[[], int],
+        credit: PatchCredit | None = None,
     ) -> None:
         self.cfg = cfg
         self.backend = backend
@@ -48,6 +50,7 @@ class TrainingRollouts:
         self.curriculum = curriculum
         self.guidance = guidance
         self.version_offset = version_offset
+        self.credit = credit  # train.patch_credit: near misses scored (training rollouts only)
         self.producer: RolloutProducer | None = None  # train.mode=async: the rollouts run ahead
         self.draws = 0  # rollout rounds so far: names fresh groups
         self.rl_step = 1  # the RL step being drawn for (the guidance's schedule)
@@ -85,14 +88,16 @@ class TrainingRollouts:
         """Roll out and grade this step's groups; DAPO dynamic sampling refills uninformative ones.
         Returns the results and the refill rounds."""
         t = self.cfg.train
-        results = await self.rollout(self.draw(t.tasks_per_step), progress, f"step {step} rollout")
+        results = self._credited(await self.rollout(self.draw(t.tasks_per_step), progress, f"step {step} rollout"))
         refills = 0
         while self.cfg.algo.dynamic_sampling and refills < t.max_refill_rounds:
             missing = t.tasks_per_step - len(informative_groups(results))
             if missing <= 0:
                 break
             refills += 1
-            results += await self.rollout(self.draw(missing), progress, f"step {step} refill {refills}")
+            results += self._credited(
+                await self.rollout(self.draw(missing), progress, f"step {step} refill {refills}")
+            )
         self.curriculum.update(results)
         return results, refills
 
@@ -126,7 +131,7 @@ class TrainingRollouts:
         """One group rolled out and graded (asynchronous mode), its versions the run's."""
         results = await self.backend.run([group], bounds=bounds)
         self._label(results)
-        return results
+        return self._credited(results)
 
     async def for_step(
         self, step: int, version: int, store: TrajectoryStore, progress: Progress
@@ -184,6 +189,13 @@ class TrainingRollouts:
             ok.append(r)
         return ok, bad
 
+    def _credited(self, results: list[RolloutResult]) -> list[RolloutResult]:
+        """Training rollouts with their partial credit (train.patch_credit) at the step being drawn for;
+        validation and calibration rollouts get none."""
+        if self.credit is not None:
+            self.credit.apply(results, self.rl_step)
+        return results
+
     def _label(self, results: list[RolloutResult]) -> None:
         offset = self.version_offset()
         for r in results:  # the engine's version counter -> the run's
@@ -191,6 +203,8 @@ class TrainingRollouts:
 
 
 def informative_groups(results: list[RolloutResult]) -> set[str]:
-    """Groups whose rewards are not all equal (DAPO dynamic sampling keeps only these)."""
+    """Groups whose rewards (with any partial credit, train.patch_credit) are not all equal (DAPO
+    dynamic sampling keeps only these)."""
     group_ids = [r.trajectory.group_id for r in results]
-    return {group_ids[i] for i in keep_groups([r.trajectory.reward for r in results], group_ids)}
+    rewards = [r.trajectory.reward + credit_of(r.trajectory.metrics) for r in results]
+    return {group_ids[i] for i in keep_groups(rewards, group_ids)}

@@ -26,6 +26,8 @@ Figures, per step (all samples rolled out in the step, refills included):
 - ``fix_plus_edits_share``: share of samples that hold every change of the task's gold patch and
   still fail: other edits broke what the fix mended (a policy that rewrites a function and does not
   copy the rest of it faithfully);
+- with partial credit (``train.patch_credit``): ``patch_credit_mean`` (per unsolved sample) and
+  ``credit_groups``, the share of groups that teach by the credit alone;
 - and, from the update, ``advantage_abs_mean`` and ``trained_tokens`` (model tokens in the loss).
 """
 
@@ -38,6 +40,7 @@ from typing import Any
 
 from coderl.rollout.runner import RolloutResult
 from coderl.tasks.patching import holds_change
+from coderl.train.credit import KEY, credit_of
 from coderl.types import Task
 
 LIMITS = ("token_limit", "step_limit", "context_limit")
@@ -101,6 +104,23 @@ def signal_metrics(results: list[RolloutResult], golds: Mapping[str, str] | None
         "parse_failure_rate": sum(t.metrics.get("format_errors", 0.0) for t in trajs) / max(turns, 1),
         "tool_calls_mean": sum(t.metrics.get("tool_calls", 0.0) for t in trajs) / n,
         **{f"{kind}_share": ended[kind] / n for kind in ("no_change", "fix_plus_edits")},
+        **_credit_metrics(results, groups),
+    }
+
+
+def _credit_metrics(results: list[RolloutResult], groups: dict[str, list[float]]) -> dict[str, float]:
+    """With partial credit (train.patch_credit): its mean per unsolved sample, and the share of groups
+    that teach by the credit alone (their task rewards all equal, their credits not); none without."""
+    if not any(KEY in r.trajectory.metrics for r in results):
+        return {}
+    unsolved = [credit_of(r.trajectory.metrics) for r in results if not r.resolved]
+    credits: dict[str, list[float]] = defaultdict(list)
+    for r in results:
+        credits[r.trajectory.group_id].append(credit_of(r.trajectory.metrics))
+    rescued = sum(1 for gid, g in groups.items() if max(g) == min(g) and max(credits[gid]) > min(credits[gid]))
+    return {
+        "patch_credit_mean": sum(unsolved) / max(len(unsolved), 1),
+        "credit_groups": rescued / max(len(groups), 1),
     }
 
 
