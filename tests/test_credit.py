@@ -50,7 +50,7 @@ def test_the_credit_falls_to_zero_and_never_reaches_a_solved_sample() -> None:
     assert [r.trajectory.reward for r in samples] == [1.0, 0.0, 0.0, 0.0]  # the hidden tests' verdict stays
     credit.apply(samples, step=5)
     assert [r.trajectory.metrics["patch_credit"] for r in samples] == [0.0] * 4
-    with pytest.raises(ValueError, match="patch credit 1.0: give a number in"):
+    with pytest.raises(ValueError, match=r"patch credit 1\.0: give a number in"):
         PatchCredit(1.0, 4, {})
 
 
@@ -77,5 +77,5 @@ def test_patch_credit_config_is_checked() -> None:
     assert cfg.train.patch_credit == 0.3 and cfg.train.patch_credit_steps == 4
     with pytest.raises(ConfigError, match="patch_credit"):
         load_config(overrides=["train.patch_credit=1.0"])
-    with pytest.raises(ConfigError, match="train.patch_credit_steps: empty with train.patch_credit=0.3"):
+    with pytest.raises(ConfigError, match=r"train\.patch_credit_steps: empty with train\.patch_credit=0\.3"):
         load_config(overrides=["train.patch_credit=0.3", "train.rl_minutes=5"])
