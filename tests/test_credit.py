@@ -14,7 +14,7 @@ from coderl.train.batch import build_batch
 from coderl.train.credit import PatchCredit
 from coderl.train.metrics import summary_line
 from coderl.train.rollouts import informative_groups
-from coderl.train.signal import signal_metrics
+from coderl.train.signal import SignalWatch, signal_metrics
 from tests.test_signal import result
 
 GOLD = "--- a/m.py\n+++ b/m.py\n@@ -2,2 +2,2 @@\n def f(x):\n-    return x - 1\n+    return x + 1\n"
@@ -79,3 +79,13 @@ def test_patch_credit_config_is_checked() -> None:
         load_config(overrides=["train.patch_credit=1.0"])
     with pytest.raises(ConfigError, match=r"train\.patch_credit_steps: empty with train\.patch_credit=0\.3"):
         load_config(overrides=["train.patch_credit=0.3", "train.rl_minutes=5"])
+
+
+def test_the_starved_signal_warning_says_when_only_the_credit_taught() -> None:
+    failed = [result("t#0", 0.0, patch=OTHER_WAY), result("t#0", 0.0)]
+    PatchCredit(0.5, 8, {"t": GOLD}).apply(failed, step=1)
+    warning = SignalWatch(patience=1, group_size=2).observe(1, failed)
+    assert warning is not None and "every sample failed" in warning
+    assert "Only partial credit (train.patch_credit) taught, in 1 group(s)" in warning
+    plain = SignalWatch(patience=1, group_size=2).observe(1, [result("t#0", 0.0), result("t#0", 0.0)])
+    assert plain is not None and "partial credit" not in plain

@@ -141,6 +141,7 @@ class _Window:
     largest_group: int = 0
     all_pass_groups: int = 0
     all_fail_groups: int = 0
+    credit_groups: int = 0  # groups that taught by partial credit alone (train.patch_credit)
 
 
 class SignalWatch:
@@ -178,6 +179,10 @@ class SignalWatch:
             w.format_errors += t.metrics.get("format_errors", 0.0)
             w.tool_calls += t.metrics.get("tool_calls", 0.0)
             w.no_change += int(outcome(r) == "no_change")
+        credits: dict[str, list[float]] = defaultdict(list)
+        for r in results:
+            credits[r.trajectory.group_id].append(credit_of(r.trajectory.metrics))
+        w.credit_groups += sum(1 for c in credits.values() if max(c) > min(c))
         for g in groups.values():
             w.largest_group = max(w.largest_group, len(g))
             if g and min(g) > 0:
@@ -186,7 +191,16 @@ class SignalWatch:
                 w.all_fail_groups += 1
         if self.patience <= 0 or len(w.steps) != self.patience:
             return None
-        return f"no training signal for {len(w.steps)} steps in a row (steps {w.steps[0]}-{w.steps[-1]}): {diagnose(w)}"
+        credit = (
+            f" Only partial credit (train.patch_credit) taught, in {w.credit_groups} group(s): the policy learns "
+            "from near misses, not from solved tasks, and the credit falls to 0."
+            if w.credit_groups
+            else ""
+        )
+        return (
+            f"no training signal for {len(w.steps)} steps in a row (steps {w.steps[0]}-{w.steps[-1]}): "
+            f"{diagnose(w)}{credit}"
+        )
 
 
 def diagnose(w: _Window) -> str:
