@@ -194,8 +194,8 @@ def validation_cells(rows: list[dict[str, Any]]) -> list[list[str]]:
         last = have[-1]
         temperature = last.get(f"{prefix}_temperature")
         how = "greedy" if temperature == 0 else (f"T={temperature:g}" if temperature is not None else "")
-        if prefix.startswith("val_also"):
-            how = f"{set_name(prefix)} {how}".strip()
+        if prefix.startswith("val_also"):  # named by its source where the rows record it
+            how = f"{last.get(f'{prefix}_source') or set_name(prefix)} {how}".strip()
         cells = [f"{how} ({last[f'{prefix}_samples']} x {last[f'{prefix}_tasks']} tasks)"]
         for r in points:
             if f"{prefix}_pass_at_1" in r:
