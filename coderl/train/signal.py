@@ -114,14 +114,19 @@ def _credit_metrics(results: list[RolloutResult], groups: dict[str, list[float]]
     if not any(KEY in r.trajectory.metrics for r in results):
         return {}
     unsolved = [credit_of(r.trajectory.metrics) for r in results if not r.resolved]
+    return {
+        "patch_credit_mean": sum(unsolved) / max(len(unsolved), 1),
+        "credit_groups": _taught_by_credit(results, groups) / max(len(groups), 1),
+    }
+
+
+def _taught_by_credit(results: list[RolloutResult], groups: dict[str, list[float]]) -> int:
+    """Groups (``groups``: task rewards by group, :func:`_groups`) whose task rewards are all equal and
+    whose partial credits are not: they teach by the credit alone."""
     credits: dict[str, list[float]] = defaultdict(list)
     for r in results:
         credits[r.trajectory.group_id].append(credit_of(r.trajectory.metrics))
-    rescued = sum(1 for gid, g in groups.items() if max(g) == min(g) and max(credits[gid]) > min(credits[gid]))
-    return {
-        "patch_credit_mean": sum(unsolved) / max(len(unsolved), 1),
-        "credit_groups": rescued / max(len(groups), 1),
-    }
+    return sum(1 for gid, g in groups.items() if max(g) == min(g) and max(credits[gid]) > min(credits[gid]))
 
 
 @dataclass
@@ -179,10 +184,7 @@ class SignalWatch:
             w.format_errors += t.metrics.get("format_errors", 0.0)
             w.tool_calls += t.metrics.get("tool_calls", 0.0)
             w.no_change += int(outcome(r) == "no_change")
-        credits: dict[str, list[float]] = defaultdict(list)
-        for r in results:
-            credits[r.trajectory.group_id].append(credit_of(r.trajectory.metrics))
-        w.credit_groups += sum(1 for c in credits.values() if max(c) > min(c))
+        w.credit_groups += _taught_by_credit(results, groups)
         for g in groups.values():
             w.largest_group = max(w.largest_group, len(g))
             if g and min(g) > 0:
