@@ -77,7 +77,9 @@ class Task:
     metadata: dict[str, object] = field(default_factory=dict)
 
 
-ExitStatus = Literal["submitted", "step_limit", "context_limit", "token_limit", "error", "finished"]
+ExitStatus = Literal[
+    "submitted", "step_limit", "context_limit", "token_limit", "format_limit", "error", "finished"
+]
 
 
 @dataclass

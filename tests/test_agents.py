@@ -112,6 +112,22 @@ async def test_a_call_missing_a_required_argument_is_a_format_error(task: Task, 
     assert_token_exact(traj, engine)
 
 
+async def test_max_format_errors_ends_the_rollout_at_the_nth_error(task: Task, tokenizer: Any) -> None:
+    """rollout.max_format_errors: the Nth format error ends the trajectory (format_limit), the edit
+    made before it kept; below the limit each error is answered and the loop goes on."""
+    edit = call("str_replace", path="calc.py", old="return a - b", new="return a + b")
+    engine = ScriptedChatEngine(tokenizer, [edit, "no call here", call("nonexistent"), call("submit")])
+    traj = await get_loop("swe").run(task, ctx_for(engine, tokenizer, max_format_errors=2))
+    assert traj.exit_status == "format_limit" and traj.num_turns == 3 and len(engine.prompts) == 3
+    assert traj.metrics["format_errors"] == 2 and "return a + b" in traj.patch
+    assert "no tool 'nonexistent'" not in tokenizer.decode(traj.response_ids)  # no turn follows to read it
+    assert_token_exact(traj, engine)
+    engine = ScriptedChatEngine(tokenizer, ["no call here", call("submit")])
+    traj = await get_loop("swe").run(task, ctx_for(engine, tokenizer, max_format_errors=2))
+    assert traj.exit_status == "submitted" and traj.metrics["format_errors"] == 1
+    assert "No tool call found" in tokenizer.decode(traj.response_ids)
+
+
 async def test_limits_end_the_rollout_with_a_patch(task: Task, tokenizer: Any) -> None:
     edits = [call("str_replace", path="calc.py", old="return a - b", new="return a + b")]
     engine = ScriptedChatEngine(tokenizer, edits + [call("bash", command="true")] * 10)

@@ -31,6 +31,8 @@ class AgentLimits:
     """Longest prompt sent to the engine (exit status context_limit)."""
     max_tool_output_chars: int = 4000
     """Tool output beyond this is cut, with a note saying so."""
+    max_format_errors: int | None = None
+    """Format errors after which a tool loop ends the trajectory (exit status format_limit); None = no limit."""
 
 
 @dataclass

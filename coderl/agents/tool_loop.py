@@ -166,6 +166,9 @@ class ToolLoop(AgentLoop):
             if submitted:
                 b.sandbox_s += tool_time
                 return "submitted"
+            if lim.max_format_errors is not None and b.format_errors >= lim.max_format_errors:
+                b.sandbox_s += tool_time
+                return "format_limit"  # the error replies are not appended: no turn follows to read them
             b.add_env(ctx.chat.append(ids, replies, schemas))
             b.sandbox_s += tool_time
             b.turn_overheads.append(time.perf_counter() - turn_start - engine_time - tool_time)

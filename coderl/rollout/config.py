@@ -25,6 +25,10 @@ class RolloutConfig(Section):
     """Most response tokens per trajectory, model and environment (exit status token_limit)."""
     max_context_tokens: int = Field(8192, ge=64)
     """Longest prompt sent to the engine (exit status context_limit)."""
+    max_format_errors: int | None = Field(None, ge=1)
+    """End a trajectory at its Nth format error (a turn without a tool call, a call that does not
+    parse, an unknown tool, arguments its tool rejects), exit status format_limit; empty = no limit
+    (each error is answered and the loop goes on, up to max_turns)."""
     max_tool_output_chars: int = Field(4000, ge=100)
     """Tool output beyond this is cut with a note."""
     response_prefix: str = ""

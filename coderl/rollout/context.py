@@ -45,6 +45,7 @@ class ContextFactory:
             rollout.max_total_tokens,
             rollout.max_context_tokens,
             rollout.max_tool_output_chars,
+            rollout.max_format_errors,
         )
 
     def with_temperature(self, temperature: float) -> ContextFactory:
