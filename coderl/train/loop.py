@@ -259,7 +259,7 @@ class Trainer:
                 )
                 if (self.val_tasks or self.val_also_tasks) and not any(r.get("step") == 0 for r in self.rows):
                     start = {"step": 0, "phase": "start", "policy_version": self.version}
-                    start.update(await self._validation(progress).run(0))
+                    start.update(await (await self._validation(progress)).run(0))
                     self._record(start, sinks)
                 if cfg.sft.before_rl and not any(r.get("phase") == "sft" for r in self.rows):
                     self._record(await self._warm_start(progress), sinks)
@@ -369,7 +369,7 @@ class Trainer:
             last or (cfg.train.val_every and step % cfg.train.val_every == 0)
         ):
             with timer("validate"):
-                row.update(await self._validation(progress).run(step))
+                row.update(await (await self._validation(progress)).run(step))
         row.update(timer.row())
         wall = time.perf_counter() - began
         trainer_idle = (
@@ -426,7 +426,7 @@ class Trainer:
             f"warm start: {len(demos)} demonstrations, {len(sft_rows)} steps, nll {nll[0]:.3f} -> {nll[-1]:.3f}"
         )
         if self.val_tasks or self.val_also_tasks:
-            row.update(await self._validation(progress).run(0, name="sft"))
+            row.update(await (await self._validation(progress)).run(0, name="sft"))
         row["sft_s"] = time.perf_counter() - t0
         await in_own_thread(self._save, 0, row)
         return row
@@ -446,12 +446,15 @@ class Trainer:
         return row
 
     # ------------------------------------------------------------------ stages
-    def _validation(self, progress: Progress) -> Validation:
-        """Held-out validation (:mod:`coderl.train.validation`) through this run's rollouts."""
+    async def _validation(self, progress: Progress) -> Validation:
+        """Held-out validation (:mod:`coderl.train.validation`) through this run's rollouts; its sets
+        run at once and share one set of bounds (``rollout.max_sandboxes`` holds for them together)."""
+        assert self.rollouts is not None
+        rollouts = self.rollouts
+        bounds = await rollouts.shared_bounds()
 
         async def roll(groups: list[RolloutGroup], label: str, temperature: float | None) -> list[RolloutResult]:
-            assert self.rollouts is not None
-            return await self.rollouts.rollout(groups, progress, label, temperature)
+            return await rollouts.rollout(groups, progress, label, temperature, bounds)
 
         c = self.cfg
         also = [] if c.train.dev_size else list(zip(c.train.val_also, self.val_also_tasks, strict=True))

@@ -71,14 +71,29 @@ class TrainingRollouts:
         groups = task_groups(picked, self.cfg.train.group_size, tag=f"{self.draws}.")
         return self.guidance.attach(groups, self.curriculum, self.rl_step) if self.guidance else groups
 
+    async def shared_bounds(self) -> RolloutBounds:
+        """Bounds for calls of :meth:`rollout` that run at once (a validation point's sets), so that
+        together they keep to ``rollout.max_sandboxes`` and the engine request limit; the sandboxes
+        earlier calls left going down are down first, as a call with bounds of its own waits for them."""
+        await self.backend.teardowns.drain()
+        return self.backend.bounds()
+
     async def rollout(
-        self, groups: list[RolloutGroup], progress: Progress, label: str, temperature: float | None = None
+        self,
+        groups: list[RolloutGroup],
+        progress: Progress,
+        label: str,
+        temperature: float | None = None,
+        bounds: RolloutBounds | None = None,
     ) -> list[RolloutResult]:
         """Roll out and grade ``groups`` at ``temperature`` (None: ``rollout.temperature``), a bar named
-        ``label`` counting the samples; each trajectory carries the run's policy version."""
+        ``label`` counting the samples; each trajectory carries the run's policy version. ``bounds``:
+        shared with concurrent calls (:meth:`shared_bounds`); None = the call's own."""
         bar = progress.add_task(label, total=sum(g.size for g in groups), info="")
         try:
-            results = await self.backend.run(groups, temperature, on_done=lambda _: progress.advance(bar))
+            results = await self.backend.run(
+                groups, temperature, on_done=lambda _: progress.advance(bar), bounds=bounds
+            )
         finally:
             progress.remove_task(bar)
         self._label(results)
