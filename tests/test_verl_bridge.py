@@ -45,7 +45,7 @@ def recipe(*overrides: str) -> Any:
 async def test_a_rollout_on_verls_client_is_token_exact_and_graded_like_coderl_eval(
     engine: Any, tokenizer: Any, hf_model: Any
 ) -> None:
-    cfg = recipe("rollout.max_turns=2", "rollout.max_tokens=24")
+    cfg = recipe("rollout.max_turns=2", "rollout.max_tokens=24", "rollout.max_format_errors=null")
     task = load_tasks("bundled:warmup")[0]
     client = EngineServerClient(engine)
     adapter = ServerClientEngine(client, "req-7", VERL_SAMPLING, decode=tokenizer.decode)

@@ -107,7 +107,7 @@ async def main(work: Path, example_overrides: list[str]) -> dict[str, Any]:
     client = EngineServerClient(engine)
     loop = instantiate(
         sample["agent_name"], config, client, tokenizer,
-        coderl_overrides=["rollout.max_turns=2", "rollout.max_tokens=24"],
+        coderl_overrides=["rollout.max_turns=2", "rollout.max_tokens=24", "rollout.max_format_errors=null"],
     )  # fmt: skip
     sampling = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0, "logprobs": True}
     kwargs = {k: v for k, v in sample.items() if k != "agent_name" and not isinstance(v, torch.Tensor)}

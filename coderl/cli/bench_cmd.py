@@ -146,10 +146,11 @@ RL_QUICK = [
 
 SCALE_RUN = [
     "train.val_tasks=none", "train.val_also=[]", "train.dev_size=0", "sft.before_rl=false", "train.save_every=1000",
-    "train.calibrate_tasks=0", "algo.dynamic_sampling=false",
+    "train.calibrate_tasks=0", "algo.dynamic_sampling=false", "rollout.max_format_errors=null",
 ]  # fmt: skip
 """What every run of ``coderl bench scale`` sets: no validation, no warm start, no calibration, one
-checkpoint; every step rolls out once and updates (no group refilled), so the modes time the same work."""
+checkpoint; every step rolls out once and updates (no group refilled), so the modes time the same work;
+the scripted engine's replies call no tool, and each rollout still runs its rollout.max_turns calls."""
 
 
 BENCHES: dict[str, Bench] = {
