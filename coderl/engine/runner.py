@@ -240,7 +240,24 @@ def _attend_rows(
     values = layer_kv[1, :, :, :span].index_select(0, row_ids)  # [B, KVH, T, D]
     groups = shape.heads // shape.kv_heads
     queries = q.view(b, shape.kv_heads, groups, shape.head_dim)  # [B, KVH, G, D]
+    if q.device.type == "cpu":
+        return _explicit_attention(queries, keys, values, mask, shape.scale).reshape(b, shape.heads, shape.head_dim)
     out = F.scaled_dot_product_attention(
         queries, keys, values, attn_mask=mask, scale=shape.scale
     )  # [B, KVH, G, D]
     return out.reshape(b, shape.heads, shape.head_dim)
+
+
+def _explicit_attention(
+    queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, scale: float
+) -> torch.Tensor:
+    """Attention of a few queries per row as two batched matmuls: queries ``[B, KVH, G, D]`` over keys /
+    values ``[B, KVH, T, D]`` where ``mask`` ``[B, 1, 1, T]`` is True -> ``[B, KVH, G, D]``. Scores in
+    the model's dtype and the softmax in float32, as Hugging Face's eager attention computes them. On
+    the CPU, SDPA with a mask over G = 3 queries per row costs more than the work it does (its kernels
+    block long query runs): a decode step of 24 rows of 600 tokens in bfloat16 took 1.2x as long through it
+    (docs/engine.md; ``coderl bench engine`` compares the two decode attentions)."""
+    scores = torch.matmul(queries, keys.transpose(-1, -2)) * scale  # [B, KVH, G, T]
+    scores = scores.masked_fill(~mask, float("-inf"))  # every row sees its position 0: no row all -inf
+    weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(values.dtype)
+    return torch.matmul(weights, values)  # [B, KVH, G, D]
