@@ -98,7 +98,23 @@ if [ -d "$r" ]; then exec tar -c -C "$r" .; fi
 exec tar -c -C "$(dirname -- "$r")" -- "$(basename -- "$r")"
 """
 )
-_PIDS = r"""for d in /proc/[0-9]*; do p=${d#/proc/}; [ "$p" = "$$" ] || printf '%s ' "$p"; done"""
+_PIDS = r"""n=0
+while :; do
+  pids=; main=
+  for d in /proc/[0-9]*; do
+    p=${d#/proc/}; [ "$p" = "$$" ] && continue
+    pids="$pids$p "
+    [ "$(tr '\0' ' ' < "$d/cmdline" 2>/dev/null)" = "sleep infinity " ] && main=$p
+  done
+  if [ -n "$main" ] || [ "$n" -ge 200 ]; then break; fi
+  n=$((n + 1)); sleep 0.05
+done
+printf '%s|%s' "$pids" "$main"
+"""
+"""The container's own processes (its init and the ``sleep infinity`` under it), which every exec's
+clean-up spares, and the sleep's PID: listed once the init has started the sleep (``docker run -d``
+can return before it has, and a clean-up that then killed the sleep ended the container; seen on a
+loaded machine)."""
 
 
 def docker_cli() -> str:
@@ -168,8 +184,14 @@ class DockerSandbox(Sandbox):
             await self._run("rm", "-f", self.name, timeout=60)
             raise SandboxError(await self._start_failure(r))
         self._started = True
-        pids = await self._check("exec", self.name, "sh", "-c", _PIDS)
-        self._keep = pids.stdout.strip()
+        pids, _, main = (await self._check("exec", self.name, "sh", "-c", _PIDS, timeout=60)).stdout.partition("|")
+        if not main.strip():
+            await self._run("rm", "-f", self.name, timeout=60)
+            raise SandboxError(
+                f"docker sandbox {self.id}: its `sleep infinity` did not start within 10 s (processes: "
+                f"{pids.strip() or 'none'}); is {self.image!r} an image with coreutils' sleep?"
+            )
+        self._keep = pids.strip()
         if s.workspace is not None:
             await self.upload(s.workspace, ".")
 
