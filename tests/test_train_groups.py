@@ -18,7 +18,7 @@ from rich.progress import Progress
 from coderl.agents import AgentContext, AgentLoop
 from coderl.agents.trajectory import TrajectoryBuilder
 from coderl.chat import ChatFormat
-from coderl.config import load_config
+from coderl.config import Config, load_config
 from coderl.engine.scripted import ScriptedEngine
 from coderl.rollout.context import ContextFactory
 from coderl.tasks import load_tasks
@@ -52,6 +52,19 @@ class PartsLoop(AgentLoop):
         return traj
 
 
+async def served_trainer(cfg: Config, tmp_path: Path, tokenizer: object) -> tuple[Trainer, list[Task], TrainingRollouts]:
+    """A trainer whose rollouts run ``cfg.rollout.agent`` on a native task in real sandboxes, every
+    engine call answered by a scripted engine behind the sampled-token ledger: the trainer, the tasks
+    and its :class:`TrainingRollouts` (also set as ``trainer.rollouts``)."""
+    trainer = Trainer(cfg, tmp_path)
+    tasks = load_tasks(f"native:{make_native(tmp_path)}")
+    ledger = SampledLedger(ScriptedEngine())
+    trainer.backend.contexts = ContextFactory(cfg.rollout, cfg.sandbox, ChatFormat(tokenizer))
+    await trainer.backend.serve(ledger)
+    trainer.rollouts = TrainingRollouts(cfg, trainer.backend, ledger, Curriculum(tasks, "none", {}, seed=0), None, lambda: 0)
+    return trainer, tasks, trainer.rollouts
+
+
 ESTIMATORS = ["grpo", "drgrpo", "rloo", "reinforce_pp_baseline", "gae"]
 
 
@@ -63,12 +76,7 @@ async def test_every_sequence_of_a_rollout_gets_its_counted_rows_advantage(
         "algo.gamma=1.0", "algo.lam=1.0",
     ]  # fmt: skip
     cfg = load_config(overrides=overrides)
-    trainer = Trainer(cfg, tmp_path)
-    tasks = load_tasks(f"native:{make_native(tmp_path)}")
-    ledger = SampledLedger(ScriptedEngine())
-    trainer.backend.contexts = ContextFactory(cfg.rollout, cfg.sandbox, ChatFormat(tokenizer))
-    await trainer.backend.serve(ledger)
-    rollouts = TrainingRollouts(cfg, trainer.backend, ledger, Curriculum(tasks, "none", {}, seed=0), None, lambda: 0)
+    trainer, _, rollouts = await served_trainer(cfg, tmp_path, tokenizer)
     PartsLoop.started = itertools.count()
     with Progress(console=Console(file=io.StringIO())) as progress:
         results = await rollouts.rollout(rollouts.draw(1), progress, "rollout")

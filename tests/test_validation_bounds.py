@@ -14,17 +14,9 @@ from rich.progress import Progress
 
 from coderl.agents import AgentContext, AgentLoop
 from coderl.agents.trajectory import TrajectoryBuilder
-from coderl.chat import ChatFormat
 from coderl.config import load_config
-from coderl.engine.scripted import ScriptedEngine
-from coderl.rollout.context import ContextFactory
-from coderl.tasks import load_tasks
-from coderl.train.curriculum import Curriculum
-from coderl.train.ledger import SampledLedger
-from coderl.train.loop import Trainer
-from coderl.train.rollouts import TrainingRollouts
 from coderl.types import Task, Trajectory
-from tests.test_tasks import make_native
+from tests.test_train_groups import served_trainer
 
 
 class CountingLoop(AgentLoop):
@@ -51,13 +43,7 @@ async def test_a_validation_points_sets_share_max_sandboxes(tmp_path: Path, toke
         "rollout.agent=tests.test_validation_bounds:CountingLoop", "rollout.max_sandboxes=2",
         "train.val_samples=3", "train.val_sampled=3", "train.val_also=[bundled:strkit-001]",
     ]  # fmt: skip
-    cfg = load_config(overrides=overrides)
-    trainer = Trainer(cfg, tmp_path)
-    tasks = load_tasks(f"native:{make_native(tmp_path)}")
-    ledger = SampledLedger(ScriptedEngine())
-    trainer.backend.contexts = ContextFactory(cfg.rollout, cfg.sandbox, ChatFormat(tokenizer))
-    await trainer.backend.serve(ledger)
-    trainer.rollouts = TrainingRollouts(cfg, trainer.backend, ledger, Curriculum(tasks, "none", {}, seed=0), None, lambda: 0)
+    trainer, tasks, _ = await served_trainer(load_config(overrides=overrides), tmp_path, tokenizer)
     trainer.val_tasks, trainer.val_also_tasks = tasks, [tasks]  # three sets: val, val_sampled, val_also
     CountingLoop.most = CountingLoop.runs = 0
     with Progress(console=Console(file=io.StringIO())) as progress:

@@ -255,8 +255,7 @@ def _explicit_attention(
     values ``[B, KVH, T, D]`` where ``mask`` ``[B, 1, 1, T]`` is True -> ``[B, KVH, G, D]``. Scores in
     the model's dtype and the softmax in float32, as Hugging Face's eager attention computes them. On
     the CPU, SDPA with a mask over G = 3 queries per row costs more than the work it does (its kernels
-    block long query runs): a decode step of 24 rows of 600 tokens in bfloat16 took 1.2x as long through it
-    (docs/engine.md; ``coderl bench engine`` compares the two decode attentions)."""
+    block long query runs; ``coderl bench engine`` compares the two decode attentions)."""
     scores = torch.matmul(queries, keys.transpose(-1, -2)) * scale  # [B, KVH, G, T]
     scores = scores.masked_fill(~mask, float("-inf"))  # every row sees its position 0: no row all -inf
     weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(values.dtype)
