@@ -348,6 +348,7 @@ async def test_released_weights_leave_memory_until_a_full_update_brings_them_bac
         assert eng.stats()["weights_released"] and all(p.numel() == 0 for p in eng.runner.model.parameters())
         if decode == "padded_steps":
             assert isinstance(eng._decode_step, DecodeGraphs) and len(eng._decode_step._graphs) == 0
+            assert eng._rows is not None and eng._rows.data is None  # the batch's KV rows went too
         assert rss - rss_mb() > 0.5 * weight_mb, (rss, rss_mb(), weight_mb)  # back to the system
         with pytest.raises(EngineError, match="released"):
             await eng.generate(chat_prompts[1], params)

@@ -53,6 +53,14 @@ def test_rows_keep_a_sequences_kv_through_bind_grow_and_release() -> None:
     assert a.data is None and len(rows) == 0 and rows.capacity == 512  # capacity stays: no re-capture
     with pytest.raises(ValueError, match="exceed the rows' limit of 2000"):
         rows.grow(2001)
+    rows.bind(b)
+    with pytest.raises(RuntimeError, match="1 sequences still live"):
+        rows.free()
+    rows.release(b, keep=False)
+    rows.free()  # storage gone, and whatever held its address told so; the next bind allocates again
+    assert rows.data is None and rows.capacity == 0 and rows.generation == generation + 2
+    rows.bind(_filled(5, 3.0))
+    assert rows.capacity == 256 and rows.generation == generation + 3
 
 
 def test_rows_grown_in_inference_mode_take_a_sequence_bound_outside_it() -> None:

@@ -569,11 +569,14 @@ class EmbeddedEngine(Engine):
         _resolve(req.loop, req.future, result=completion)
 
     def _release(self, upd: _WeightUpdate) -> None:
-        """Empty every parameter (shapes kept aside) and the cached KV, computed by those weights."""
+        """Empty every parameter (shapes kept aside), the cached KV, computed by those weights, and the
+        batched decode's KV rows (no request runs: the release waited for the batch to finish)."""
         if self._released is None:
             self._released = {name: p.shape for name, p in self.runner.model.named_parameters()}
             self._empty_parameters()
             self._prefix.clear()
+            if self._rows is not None:
+                self._rows.free()
             from coderl.engine.cuda_graphs import DecodeGraphs
 
             if isinstance(self._decode_step, DecodeGraphs):  # its graphs read the old storage: new ones

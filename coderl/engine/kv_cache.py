@@ -86,7 +86,8 @@ class KVRows:
 
     The capacity is the longest sequence's so far, rounded up (and at least doubled when it grows),
     so every row pads to it: the price of one attention call over the whole batch. It is kept while
-    the engine runs (no reallocation, and no CUDA graph captured again, per request); ``max_len``
+    the engine runs (no reallocation, and no CUDA graph captured again, per request) until :meth:`free`
+    (the engine's weights released); ``max_len``
     bounds it (no sequence is longer than the engine's ``max_model_len``). ``generation`` changes whenever
     ``data`` is reallocated, which invalidates anything holding its address (CUDA graphs).
     """
@@ -149,6 +150,15 @@ class KVRows:
             kv.data, kv.rows, kv.row = None, None, -1
         self._bound.clear()
         self._free = list(range(self.rows - 1, -1, -1))
+
+    def free(self) -> None:
+        """Drop the rows' storage while no sequence lives in them (the next :meth:`bind` allocates it
+        again, at the size it then needs)."""
+        if self._bound:
+            raise RuntimeError(f"{len(self._bound)} sequences still live in the KV rows")
+        if self.data is not None:
+            self.data = None
+            self.generation += 1
 
     @torch.inference_mode()
     def grow(self, total: int) -> None:
