@@ -35,6 +35,9 @@ async def test_every_bundled_task_validates_and_grades_fast() -> None:
     report = await validate_tasks(load_tasks("bundled"), concurrency=2)
     assert report["failures"] == [] and report["ok"] == report["total"] >= 30
     slow = {tid: s for tid, s in report["seconds"].items() if max(s.values()) >= 5.0}
+    if slow:  # a machine busy beside the suite stretches wall time: a slow task is graded again, alone
+        again = await validate_tasks([t for t in load_tasks("bundled") if t.id in slow], concurrency=1)
+        slow = {tid: s for tid, s in again["seconds"].items() if max(s.values()) >= 5.0}
     assert not slow, slow
 
 
