@@ -25,6 +25,10 @@ import ray
 from coderl.config import load_config
 from coderl.integrations.ray_proxy import proxy_actor
 
+# httpx's default 5 s read timeout is shorter than a loaded 2-core machine can take to answer while
+# a rollout server loads the model beside the proxy: every call here waits up to two minutes.
+http = httpx.Client(timeout=120.0)
+
 
 class EngineServer:
     """A verl rollout server's ``generate`` (token ids in, ``TokenOutput`` out) over coderl's embedded
@@ -80,14 +84,14 @@ def through_verls_client(cfg: Any) -> dict[str, Any]:
     admin = {"Authorization": "Bearer ray-admin"}
 
     def agent(who: str) -> list[dict[str, Any]]:  # two turns of one unmodified OpenAI SDK agent
-        session = httpx.post(f"{url}/sessions", headers=admin, json={"metadata": {"task_id": who}}).json()
+        session = http.post(f"{url}/sessions", headers=admin, json={"metadata": {"task_id": who}}).json()
         sdk = openai.OpenAI(base_url=session["openai_base_url"], api_key=session["secret"], max_retries=0)
         messages: list[Any] = [{"role": "user", "content": f"Say hi to {who}."}]
         for _ in range(2):
             reply = sdk.chat.completions.create(model="smol", messages=messages, max_tokens=4)
             messages += [{"role": "assistant", "content": reply.choices[0].message.content},
                          {"role": "user", "content": "Again."}]  # fmt: skip
-        calls: list[dict[str, Any]] = httpx.get(f"{url}/sessions/{session['id']}", headers=admin).json()[
+        calls: list[dict[str, Any]] = http.get(f"{url}/sessions/{session['id']}", headers=admin).json()[
             "calls"
         ]
         return calls
@@ -124,12 +128,12 @@ def main(work: Path) -> dict[str, Any]:
         handle, url = proxy_actor(cfg, name="proxy-under-test", detached=False)
         again, url_again = proxy_actor(cfg, name="proxy-under-test", detached=False)
         admin = {"Authorization": "Bearer ray-admin"}
-        session = httpx.post(f"{url}/sessions", headers=admin, json={"metadata": {"task_id": "t"}}).json()
+        session = http.post(f"{url}/sessions", headers=admin, json={"metadata": {"task_id": "t"}}).json()
         client = openai.OpenAI(base_url=session["openai_base_url"], api_key=session["secret"], max_retries=0)
         reply = client.chat.completions.create(
             model="smol", messages=[{"role": "user", "content": "Say hi."}], max_tokens=4, seed=1
         )
-        record = httpx.get(f"{url}/sessions/{session['id']}", headers=admin).json()
+        record = http.get(f"{url}/sessions/{session['id']}", headers=admin).json()
         token = ray.get(again.admin_token.remote())
         ray.get(handle.stop.remote())
         ray.kill(handle)
