@@ -48,6 +48,13 @@ def _engine(cfg: Config, ns: argparse.Namespace, console: Console) -> dict[str, 
     return asyncio.run(bench_engine(cfg, quick=ns.quick, console=console))
 
 
+def _speculate(cfg: Config, ns: argparse.Namespace, console: Console) -> dict[str, Any]:
+    from coderl.bench.speculate import bench_speculate
+
+    path = Path(ns.trajectories) if ns.trajectories else None
+    return asyncio.run(bench_speculate(cfg, path, ns.speculate, quick=ns.quick, console=console))
+
+
 def _load(cfg: Config, ns: argparse.Namespace, console: Console) -> dict[str, Any]:
     from coderl.bench.load import bench_load
 
@@ -156,6 +163,17 @@ the scripted engine's replies call no tool, and each rollout still runs its roll
 BENCHES: dict[str, Bench] = {
     "engine": Bench(
         "engine throughput, TTFT and prefix-cache speedup vs Hugging Face generate", "engine", _engine
+    ),
+    "speculate": Bench(
+        "the embedded engine with drafts from the context (engine.speculate) vs without, on agent turns: "
+        "tok/s, steps, drafts kept, same tokens",
+        "speculate",
+        _speculate,
+        [
+            ("--speculate", {"type": int, "default": 4, "help": "draft length compared with 0 (default 4)"}),
+            ("--trajectories", {"default": "", "metavar": "FILE", "help": "replay the model turns of a run's trajectories.jsonl (with model.path the model that wrote them) instead of asking the model to copy bundled functions"}),
+        ],
+        train_defaults=True,
     ),
     "load": Bench(
         "the embedded engine on a shared machine: decode tok/s alone and beside CPU hogs (other torch "

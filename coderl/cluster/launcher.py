@@ -42,6 +42,7 @@ def server_command(
             f"model.device={model.device}", f"engine.max_batch_size={e.max_batch_size}",
             f"engine.prefix_cache_mb={e.prefix_cache_mb}", f"engine.update_mode={e.update_mode}",
             f"engine.decode_attention={e.decode_attention}", f"engine.cuda_graphs={str(e.cuda_graphs).lower()}",
+            f"engine.speculate={e.speculate}",
             f"server.host={host}", f"server.port={port}", f"server.api_key={key}", f"run.seed={cfg.run.seed}",
             "run.log_level=warning",
         ]  # fmt: skip

@@ -62,6 +62,13 @@ class EngineConfig(Section):
     by kernel launches; per_sequence = each
     request keeps a cache of its own and attends alone (no padding); auto = batched on CUDA,
     per_sequence elsewhere."""
+    speculate: int = Field(0, ge=0, le=16)
+    """Embedded engines with per-sequence decode attention: draft up to this many tokens per decoding
+    request from its own context (prompt lookup: what followed the latest earlier occurrence of its
+    last 3 or 2 tokens) and verify them in the same forward. Kept drafts are exactly the tokens the
+    model would have produced (greedy: the argmax; sampling: the speculative-sampling rule), so only
+    the speed changes: an agent writing back the function it just read decodes several tokens a step.
+    0 = off. Ignored where decode attention is batched."""
     cuda_graphs: bool = True
     """Embedded engines on CUDA with batched decode attention: replay decode-only steps as CUDA graphs,
     captured on first use per batch-size and attended-length bucket (powers of two)."""

@@ -32,10 +32,11 @@ import torch
 
 from coderl.engine.base import Engine, TokenSink
 from coderl.engine.config import EngineConfig, ModelConfig
+from coderl.engine.draft import NGramDraft
 from coderl.engine.kv_cache import KVRows, PrefixCache, SequenceKV, copy_prefix
 from coderl.engine.params import SamplingParams
 from coderl.engine.runner import Chunk, DecodeStep, ModelRunner
-from coderl.engine.sampler import SampleRequest, sample
+from coderl.engine.sampler import SampleRequest, sample, verify_draft
 from coderl.engine.stops import StopWatch
 from coderl.engine.weights import load_weights
 from coderl.errors import EngineError, EngineUnavailableError, PromptTooLongError
@@ -77,6 +78,12 @@ class _Request:
     versions: list[int] = field(default_factory=list)
     """The policy version of each sampled token (an interrupting update changes it mid-request)."""
     cancelled: bool = False
+    draft: NGramDraft | None = None
+    """Prompt and output so far, indexed for draft tokens (``engine.speculate``); None: no drafts."""
+    draft_len: int = 0
+    """How many tokens the next draft may have: it grows while drafts are kept whole and shrinks to
+    what was kept when one is not (0: skip a step, then try one token), so a request that has stopped
+    copying costs the batch few verified rows (on a CPU every row of a step's matmuls costs)."""
 
     def pending(self) -> list[int]:
         """Tokens whose KV is not computed yet: the prompt's rest, or the last sampled token; after an
@@ -142,6 +149,8 @@ class EmbeddedEngine(Engine):
             "steps": 0,
             "interrupted_requests": 0,
             "shared_prompt_tokens": 0,
+            "draft_tokens": 0,
+            "accepted_draft_tokens": 0,
         }
 
     # ----------------------------------------------------------------- lifecycle
@@ -466,6 +475,9 @@ class EmbeddedEngine(Engine):
                     _resolve(req.loop, req.future, error=exc)
                     continue
             req.kv = kv
+            if self.cfg.speculate and kv.rows is None:  # drafts are verified by the per-sequence attention
+                req.draft = NGramDraft(req.prompt + req.output)
+                req.draft_len = self.cfg.speculate
             req.cached_tokens = keep
             req.policy_version = self._version
             self._running.append(req)
@@ -498,9 +510,13 @@ class EmbeddedEngine(Engine):
         owners: list[_Request] = []
         decoding = [r for r in self._running if len(r.pending()) == 1]
         prefilling = [r for r in self._running if len(r.pending()) > 1]
+        drafts: dict[int, list[int]] = {}  # request id -> the draft its chunk verifies
         for req in decoding:
             assert req.kv is not None
-            chunks.append(Chunk(req.kv, req.pending(), want_logits=True))
+            draft = self._draft(req)
+            if draft:
+                drafts[req.rid] = draft
+            chunks.append(Chunk(req.kv, req.pending() + draft, want_logits=True, logit_rows=1 + len(draft)))
             owners.append(req)
         for req in prefilling:
             if budget <= 0:
@@ -514,28 +530,72 @@ class EmbeddedEngine(Engine):
             self._counters["prefill_tokens"] += len(take)
         logits = self.runner.forward(chunks, self._decode_step)
         samplers = [o for o, c in zip(owners, chunks, strict=True) if c.want_logits]
-        tokens, logprobs = sample(logits, [SampleRequest(r.params, r.generator) for r in samplers])
+        plain = [r for r in samplers if r.rid not in drafts]
+        at = 0  # each sampler's first logits row
+        rows: list[int] = []
+        for req in samplers:
+            rows.append(at)
+            at += 1 + len(drafts.get(req.rid, ()))
+        first = [row for req, row in zip(samplers, rows, strict=True) if req.rid not in drafts]
+        picked = logits if len(first) == logits.shape[0] else logits[first]
+        tokens, logprobs = sample(picked, [SampleRequest(r.params, r.generator) for r in plain]) if plain else ([], [])
+        new: dict[int, tuple[list[int], list[float]]] = {
+            r.rid: ([t], [lp]) for r, t, lp in zip(plain, tokens, logprobs, strict=True)
+        }
+        for req, row in zip(samplers, rows, strict=True):
+            if (proposed := drafts.get(req.rid)) is not None:
+                new[req.rid] = verify_draft(
+                    logits[row : row + 1 + len(proposed)], proposed, SampleRequest(req.params, req.generator)
+                )
+                kept = len(new[req.rid][0]) - 1
+                req.draft_len = min(self.cfg.speculate, kept + 2) if kept == len(proposed) else kept
+                self._counters["draft_tokens"] += len(proposed)
+                self._counters["accepted_draft_tokens"] += kept
         now = time.perf_counter()
         self._counters["steps"] += 1
-        for req, tok, lp in zip(samplers, tokens, logprobs, strict=True):
-            if not req.output:
-                req.first_token_at = now
+        for req in samplers:
+            self._emit(req, *new[req.rid], now)
+
+    def _draft(self, req: _Request) -> list[int]:
+        """Draft tokens for a decoding request (``engine.speculate``), never past its token budget."""
+        if req.draft is None:
+            return []
+        if req.draft_len == 0:  # the last draft was rejected outright: a step without, then one token
+            req.draft_len = 1
+            return []
+        room = min(req.draft_len, req.max_new - len(req.output) - 1)
+        return req.draft.propose(room) if room > 0 else []
+
+    def _emit(self, req: _Request, tokens: list[int], logprobs: list[float], now: float) -> None:
+        """Append a step's new tokens to a request (one, or a draft's accepted prefix and one more),
+        stopping at the first that ends it; its cache keeps exactly the tokens before the last."""
+        if not req.output:
+            req.first_token_at = now
+        assert req.kv is not None
+        for tok, lp in zip(tokens, logprobs, strict=True):
             req.output.append(tok)
             req.logprobs.append(lp)
             req.versions.append(self._version)
             self._counters["generated_tokens"] += 1
+            if req.draft is not None:
+                req.draft.extend([tok])
             if req.sink is not None:  # in order, and before the future resolves (same thread-safe queue)
                 with contextlib.suppress(RuntimeError):  # the caller's loop is closed: nobody listens
                     req.loop.call_soon_threadsafe(req.sink, [tok], [lp])
+            reason: tuple[str, int | None, str | None] | None = None
             if tok in req.stop_ids:
-                self._running.remove(req)
-                self._finish(req, "stop", stop_token=tok)
+                reason = ("stop", tok, None)
             elif req.stops is not None and (hit := req.stops.check(req.output)) is not None:
-                self._running.remove(req)
-                self._finish(req, "stop", stop_str=hit)
+                reason = ("stop", None, hit)
             elif len(req.output) >= req.max_new:
+                reason = ("length", None, None)
+            if reason is not None:
+                req.kv.truncate(min(req.kv.length, len(req.prompt) + len(req.output) - 1))
                 self._running.remove(req)
-                self._finish(req, "length")
+                self._finish(req, reason[0], stop_token=reason[1], stop_str=reason[2])
+                return
+        # a rejected draft's tail was written to the cache: forget it (the last token is pending)
+        req.kv.truncate(min(req.kv.length, len(req.prompt) + len(req.output) - 1))
 
     def _decode(self, ids: list[int]) -> str:
         return str(self.tokenizer.decode(ids, skip_special_tokens=True))

@@ -34,6 +34,9 @@ class Chunk:
     kv: SequenceKV
     token_ids: list[int]
     want_logits: bool
+    logit_rows: int = 1
+    """With ``want_logits``: logits of this many last tokens (a speculative draft's verification
+    wants one row per draft token and one after it)."""
 
 
 Attend = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
@@ -76,7 +79,7 @@ class ModelRunner:
     @torch.inference_mode()
     def forward(self, chunks: list[Chunk], decode_step: DecodeStep | None = None) -> torch.Tensor:
         """Run the chunks, append their tokens to their caches, return float32 logits ``[S, vocab]``
-        for the last token of each chunk with ``want_logits`` (in chunk order).
+        for the last ``logit_rows`` tokens of each chunk with ``want_logits`` (in chunk order).
 
         ``decode_step``, when given, runs the steps in which every chunk decodes one token of a
         sequence living in the KV rows (and wants its logits).
@@ -130,6 +133,11 @@ class ModelRunner:
                 if end - start == 1:  # one decoding token: its query heads as G queries per KV head
                     out[start] = _attend_one(q[start], data[li, 0, :, :total], data[li, 1, :, :total], shape)
                     continue
+                if past and end - start <= FEW:  # a draft being verified, or a short continuation
+                    out[start:end] = _attend_few(
+                        q[start:end], data[li, 0, :, :total], data[li, 1, :, :total], past, shape
+                    )
+                    continue
                 out[start:end] = F.scaled_dot_product_attention(
                     q[start:end].transpose(0, 1),  # [H, n, D]
                     data[li, 0, :, :total],  # [KVH, T, D]
@@ -142,7 +150,12 @@ class ModelRunner:
             return out
 
         hidden = self._layers(self.embed(ids), pos, attend)  # [N, E]
-        rows_out = [end - 1 for chunk, (_, end, _) in zip(chunks, spans, strict=True) if chunk.want_logits]
+        rows_out = [
+            row
+            for chunk, (start, end, _) in zip(chunks, spans, strict=True)
+            if chunk.want_logits
+            for row in range(max(start, end - chunk.logit_rows), end)
+        ]
         for chunk in chunks:
             chunk.kv.tokens.extend(chunk.token_ids)
         if not rows_out:
@@ -190,6 +203,11 @@ class ModelRunner:
         return k_pos <= q_pos  # [n, T]
 
 
+FEW = 32
+"""Most new tokens of a sequence with a cache that attend as explicit matmuls (:func:`_attend_few`)
+rather than through SDPA with a mask, which on the CPU repeats the cache per query head."""
+
+
 def _batched(chunk: Chunk) -> bool:
     """Whether this chunk decodes one token of a sequence living in the batch's KV rows."""
     return chunk.kv.rows is not None and len(chunk.token_ids) == 1
@@ -213,6 +231,25 @@ def _attend_one(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, shape
         queries, keys[None], values[None], scale=shape.scale
     )  # [1, KVH, G, D]
     return out.reshape(shape.heads, shape.head_dim)  # [H, D]
+
+
+def _attend_few(
+    q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, past: int, shape: AttentionShape
+) -> torch.Tensor:
+    """Attention of ``n`` new tokens at positions ``past ..`` over their cache, causal among
+    themselves: q ``[n, H, D]``, keys / values ``[KVH, past + n, D]`` -> ``[n, H, D]``. The query heads
+    sharing a key/value head go in together (``n * G`` queries per key/value head, as in
+    :func:`_attend_one`), so the cache is read once."""
+    n = q.shape[0]
+    groups = shape.heads // shape.kv_heads
+    queries = q.view(n, shape.kv_heads, groups, shape.head_dim).permute(1, 0, 2, 3)  # [KVH, n, G, D]
+    queries = queries.reshape(1, shape.kv_heads, n * groups, shape.head_dim)  # [1, KVH, nG, D]
+    total = keys.shape[1]
+    q_pos = torch.arange(past, past + n, device=q.device).repeat_interleave(groups)  # [nG]
+    mask = (torch.arange(total, device=q.device)[None, :] <= q_pos[:, None])[None, None]  # [1, 1, nG, T]
+    out = _explicit_attention(queries, keys[None], values[None], mask, shape.scale)  # [1, KVH, nG, D]
+    out = out.view(shape.kv_heads, n, groups, shape.head_dim).permute(1, 0, 2, 3)  # [n, KVH, G, D]
+    return out.reshape(n, shape.heads, shape.head_dim)
 
 
 def _attend_rows(

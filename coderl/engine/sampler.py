@@ -73,10 +73,68 @@ def sample(logits: torch.Tensor, rows: list[SampleRequest]) -> tuple[list[int], 
     return chosen.tolist(), lps.tolist()
 
 
-def _draw(logp: torch.Tensor, p: SamplingParams, generator: torch.Generator) -> int:
-    """Inverse-CDF draw from softmax restricted by top-k then top-p; ``logp`` is ``[V]``."""
+def verify_draft(logits: torch.Tensor, draft: list[int], row: SampleRequest) -> tuple[list[int], list[float]]:
+    """Speculative sampling against a draft of known tokens: ``logits`` ``[len(draft) + 1, V]``, row
+    ``i`` the model's next-token logits before ``draft[i]`` (the last row: after the whole draft).
+    Returns the tokens to append (the accepted prefix of the draft, then one token the model chose)
+    and their logprobs (:func:`token_logprobs`' definition).
+
+    Greedy: a draft token is kept while it is the argmax, and the first that is not is replaced by
+    the argmax, so the tokens are greedy decoding's. Sampling: draft token ``d`` is kept with
+    probability ``p(d)`` (``p`` the tempered, top-k / top-p truncated distribution the token is drawn
+    from); a rejected one is replaced by a draw from ``p`` without ``d``, renormalised. A draft is one
+    known token (the draft distribution is a point mass), so this is the standard speculative-sampling
+    rule and every token is distributed exactly as :func:`sample` would draw it."""
+    p = row.params
+    logp = torch.log_softmax(logits.float() / effective_temperature(p.temperature), dim=-1)  # [n + 1, V]
+    out: list[int] = []
+    for i, d in enumerate(draft):
+        if p.temperature <= 0:
+            best = int(torch.argmax(logp[i]))
+            out.append(best)
+            if best != d:
+                break
+            continue
+        probs = _truncated(logp[i], p)  # [V], sums to 1
+        if float(torch.rand((), generator=row.generator)) < float(probs[d]):
+            out.append(d)
+            continue
+        probs[d] = 0.0
+        out.append(_inverse_cdf(probs, row.generator))
+        break
+    else:
+        n = len(draft)
+        if p.temperature <= 0:
+            out.append(int(torch.argmax(logp[n])))
+        else:
+            out.append(_inverse_cdf(_truncated(logp[n], p), row.generator))
+    lps = logp[torch.arange(len(out)), torch.tensor(out)]  # [m]
+    return out, lps.tolist()
+
+
+def _truncated(logp: torch.Tensor, p: SamplingParams) -> torch.Tensor:
+    """The distribution a token is drawn from: softmax of ``logp`` ``[V]`` restricted by top-k, then
+    top-p (as :func:`_draw` restricts it), over the whole vocabulary, zero outside, summing to 1."""
+    probs, candidates = _candidates(logp, p)
+    if candidates is None:
+        return probs / probs.sum()
+    full = torch.zeros_like(logp)  # [V]
+    full[candidates] = probs / probs.sum()
+    return full
+
+
+def _inverse_cdf(probs: torch.Tensor, generator: torch.Generator) -> int:
+    """One draw from the unnormalised distribution ``probs`` ``[V]`` with one uniform number."""
+    cdf = torch.cumsum(probs, 0)  # [V]
+    point = torch.tensor([float(torch.rand((), generator=generator)) * float(cdf[-1])], dtype=cdf.dtype)
+    return int(torch.searchsorted(cdf, point.to(cdf.device), right=True).clamp(max=cdf.shape[0] - 1))
+
+
+def _candidates(logp: torch.Tensor, p: SamplingParams) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Probabilities kept by top-k then top-p, most likely first, and their token ids (``None``: the
+    whole vocabulary in id order, nothing truncated)."""
     probs = logp.exp()  # [V]
-    candidates: torch.Tensor | None = None  # token ids, most likely first; None = whole vocabulary
+    candidates: torch.Tensor | None = None
     if 0 < p.top_k < probs.shape[0]:
         probs, candidates = torch.topk(probs, p.top_k)  # [k], [k]
     if p.top_p < 1.0:
@@ -86,8 +144,11 @@ def _draw(logp: torch.Tensor, p: SamplingParams, generator: torch.Generator) -> 
         # keep tokens whose preceding mass is below top_p: the smallest set reaching top_p
         keep = int(torch.count_nonzero(cum - probs < p.top_p * cum[-1]))
         probs, candidates = probs[: max(keep, 1)], candidates[: max(keep, 1)]
-    cdf = torch.cumsum(probs, 0)  # [C]
-    u = float(torch.rand((), generator=generator)) * float(cdf[-1])  # generators live on the CPU
-    point = torch.tensor([u], dtype=cdf.dtype, device=cdf.device)
-    j = int(torch.searchsorted(cdf, point, right=True).clamp(max=cdf.shape[0] - 1))
+    return probs, candidates
+
+
+def _draw(logp: torch.Tensor, p: SamplingParams, generator: torch.Generator) -> int:
+    """Inverse-CDF draw from softmax restricted by top-k then top-p; ``logp`` is ``[V]``."""
+    probs, candidates = _candidates(logp, p)
+    j = _inverse_cdf(probs, generator)
     return j if candidates is None else int(candidates[j])
