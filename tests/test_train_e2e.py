@@ -34,6 +34,7 @@ SMALL = [
     # weights in float32, so the sampled tokens score exactly and weight sync is the full kind
     "train.calibrate_tasks=0",
     "train.curriculum=none",
+    "train.patch_credit=0",
     "algo.dynamic_sampling=false",
     "actor.lora_rank=0",
     "actor.dtype=float32",
@@ -209,7 +210,7 @@ def test_warm_start_then_rl(tmp_path: Path, tiny_model: Path) -> None:
             "train.steps=1", "train.tasks_per_step=1", "train.group_size=2",
             "rollout.max_tokens=120", "rollout.max_total_tokens=200", "sft.before_rl=true", f'sft.data=["gold:{suite}"]',
             "sft.lr=1e-4", "sft.epochs=4", "sft.batch_size=2", "train.val_sampled=1", "train.calibrate_tasks=2",
-            "train.calibrate_samples=1", "train.guide_share=0.5", "actor.lora_rank=4", f"run.dir={run}",
+            "train.calibrate_samples=1", "train.calibrate_from=demonstrated", "train.guide_share=0.5", "actor.lora_rank=4", f"run.dir={run}",
             "train.patch_credit=0.3",  # near misses credited in the RL step, never in validation
             "algo.dynamic_sampling=false",  # the one step trains whatever its group scored
             f"model.path={tiny_model}",
