@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import itertools
 import json
 import time
 from importlib import resources
@@ -63,17 +64,13 @@ def trajectory_requests(path: Path, limit: int) -> list[Request]:
     with path.open() as lines:
         for line in lines:
             t = json.loads(line)
-            ctx, ids, mask = t["prompt_ids"], t["response_ids"], t["response_mask"]
-            i = 0
-            while i < len(ids):
-                if mask[i] != 1:
-                    i += 1
-                    continue
-                j = i
-                while j < len(ids) and mask[j] == 1:
-                    j += 1
-                out.append((ctx + ids[:i], j - i))
-                i = j
+            ctx, ids = t["prompt_ids"], t["response_ids"]
+            at = 0
+            for flag, run in itertools.groupby(t["response_mask"]):
+                n = len(list(run))
+                if flag == 1:
+                    out.append((ctx + ids[:at], n))
+                at += n
             if len(out) >= limit:
                 break
     if not out:
@@ -122,10 +119,10 @@ async def bench_speculate(
     if trajectories is not None:
         requests = trajectory_requests(trajectories, limit)
     else:
-        probe = EmbeddedEngine(cfg.engine, cfg.model, seed=cfg.run.seed)
-        await probe.start()
-        requests = copy_requests(probe.tokenizer, limit, 256)
-        await probe.stop()
+        from coderl.checkpoint import load_tokenizer, resolve_checkpoint
+
+        tokenizer = load_tokenizer(resolve_checkpoint(cfg.model.path, cfg.model.cache_dir))
+        requests = copy_requests(tokenizer, limit, 256)
     runs: dict[str, dict[str, Any]] = {}
     same: dict[str, int] = {}
     with progress_bars(console, TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn()) as progress:

@@ -210,8 +210,9 @@ class ModelRunner:
 
 
 FEW = 32
-"""Most new tokens of a sequence with a cache that attend as explicit matmuls (:func:`_attend_few`)
-rather than through SDPA with a mask, which on the CPU repeats the cache per query head."""
+"""Most new tokens of a sequence with a cache that attend through :func:`_attend_few` (the query heads
+grouped per key/value head, one mask per step) rather than SDPA with ``enable_gqa``, which on the CPU
+repeats the cache per query head."""
 
 
 def _batched(chunk: Chunk) -> bool:
