@@ -19,7 +19,7 @@ SUITE = "bundled:strkit-s010,strkit-s039,strkit-s013,strkit-s016"
 TINY = [
     f"train.tasks={SUITE}", "train.val_tasks=", "train.val_size=1", "train.val_samples=1",
     "rollout.max_tokens=120", "rollout.max_total_tokens=200", f'sft.data=["gold:{SUITE}"]', "sft.lr=1e-4",
-    "sft.epochs=2", "sft.batch_size=2", "sft.max_demos=3", "actor.lora_rank=4",
+    "sft.epochs=2", "sft.batch_size=2", "sft.max_demos=3", "actor.lora_rank=4", 'train.val_also=["bundled:strkit-s021"]',
 ]  # fmt: skip
 
 
@@ -46,7 +46,10 @@ def test_bench_rl_runs_the_rl_phase_from_one_warm_start_against_its_control(tmp_
     assert r["rl_rise"] == pytest.approx(r["rl_pass_at_1"][0] - r["warm_pass_at_1"][0])
     lo, hi = r["rl_rise_ci95"]
     assert lo <= r["rl_rise"] <= hi and isinstance(r["control_rise"], float)
-    assert 0.0 <= r["teaching_group_share"] <= 1.0
+    assert 0.0 <= r["teaching_group_share"] <= 1.0 and r["control_seeds"] == [0]
+    [also] = r["also"]  # the val_also set, reported the same way
+    assert also["source"] == "bundled:strkit-s021" and also["tasks"] == 1 and isinstance(also["control_rise"], float)
+    assert also["rl_rise"] == pytest.approx(also["rl_pass_at_1"][0] - also["warm_pass_at_1"][0])
     root = Path(r["run_dirs"]["rl"][0]).parent  # runs/bench-rl-<digest>, under the bench's working directory
     assert (tmp_path / root / "warm" / "model" / "model.safetensors").is_file()
     for kind in ("rl", "control"):  # each run starts from the warm start, with no warm start of its own
@@ -69,6 +72,10 @@ def test_bench_rl_runs_the_rl_phase_from_one_warm_start_against_its_control(tmp_
     a = json.loads(alone.stdout)
     assert a["control"] is False and list(a["run_dirs"]) == ["rl", "control"] and a["run_dirs"]["control"] == []
     assert "rl_rise" in a and "control_rise" not in a and "control_end_pass_at_1" not in a
+    both = bench(tmp_path, "--no-control", "--control-seeds", "0", write=False)
+    assert both.returncode != 0 and "--no-control with --control-seeds" in both.stderr
+    other = bench(tmp_path, "--control-seeds", "5", write=False)
+    assert other.returncode != 0 and "--control-seeds 5 — give one or more of the seeds run (0)" in other.stderr
 
 
 def test_bench_rl_needs_a_warm_start(tmp_path: Path) -> None:
@@ -99,3 +106,26 @@ def test_the_table_says_when_there_is_no_control_and_when_it_is_a_dev_split() ->
     text = to_markdown(r)
     assert "with no control runs" in text and "| dev split (train.dev_size) |" in text
     assert "| greedy (24 tasks) | RL |" in text and "control (lr 0)" not in text
+
+
+def test_the_table_puts_the_controls_own_starts_beside_its_ends_and_reports_each_val_also_set() -> None:
+    from coderl.bench.rl import to_markdown
+
+    r = {
+        "machine": {"cpu": "cpu", "cores": 2, "torch": "2"}, "command": "coderl bench rl --control-seeds 0",
+        "warm_start_minutes": 9.0, "warm_start": "w", "steps": 8, "samples_per_step": 16, "tasks": "t",
+        "seeds": [0, 1], "minutes_per_run": 30.0, "teaching_group_share": 0.5, "control": True,
+        "control_seeds": [0], "validated_on": "held-out",
+        "warm_pass_at_1": [0.125, 0.167], "rl_pass_at_1": [0.25, 0.208], "rl_rise": 0.083,
+        "rl_rise_ci95": [0.0, 0.167], "control_start_pass_at_1": [0.125], "control_end_pass_at_1": [0.125],
+        "control_rise": 0.0, "control_rise_ci95": [0.0, 0.0], "held_out_tasks": 24,
+        "also": [{"source": "pypi:toolz==0.12.1?n=24", "tasks": 24, "warm_pass_at_1": [0.0, 0.0],
+                  "rl_pass_at_1": [0.042, 0.0], "rl_rise": 0.021, "rl_rise_ci95": [0.0, 0.063],
+                  "control_start_pass_at_1": [0.0], "control_end_pass_at_1": [0.0], "control_rise": 0.0,
+                  "control_rise_ci95": [0.0, 0.0]}],
+    }  # fmt: skip
+    text = to_markdown(r)
+    assert "against a control whose RL learning rate is 0 (on seed 0)" in text
+    assert "| greedy (24 tasks) | control (lr 0) | 0.125 | 0.125 | **+0.000** |" in text
+    assert "| greedy, `pypi:toolz==0.12.1?n=24` (24 tasks) | RL | 0.000, 0.000 | 0.042, 0.000 | **+0.021** | [+0.000, +0.063] |" in text
+    assert "| greedy, `pypi:toolz==0.12.1?n=24` (24 tasks) | control (lr 0) | 0.000 | 0.000 |" in text

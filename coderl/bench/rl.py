@@ -18,7 +18,13 @@ when ``train.val_sampled > 0``.
 
 ``--no-control`` leaves the controls out (half the runs): for comparing RL settings on a dev split
 (``train.dev_size``), where what matters is how the settings rank, not whether weights that do not
-move hold still; such figures are not written to BENCHMARKS.md.
+move hold still; such figures are not written to BENCHMARKS.md. ``--control-seeds`` runs the control
+on some of the seeds only (``control_seeds``; the control's rows then stand on those seeds, its own
+starts beside its own ends): a run whose weights cannot move costs as much as one whose weights do.
+
+Each ``train.val_also`` set (the main job's hand-written tier and new repository) is reported the same
+way under ``also``: per set, its source, ``warm_pass_at_1``, ``rl_pass_at_1``, ``rl_rise`` with
+``rl_rise_ci95``, and the control's ``control_rise`` with ``control_rise_ci95``.
 
 Runs live in ``runs/bench-rl-<digest>/`` (``run.dir`` when given): ``warm/`` and one folder per seed and
 kind; finished runs are reused, as in ``coderl bench learn``.
@@ -47,6 +53,7 @@ from coderl.errors import CoderlError
 from coderl.threads import share_of_cores
 from coderl.train.checkpoints import read_metrics
 from coderl.train.sft import DEMONSTRATED, read_demonstrated
+from coderl.train.validation import also_prefix
 
 WARM_KEYS = ("model", "sft", "rollout", "tasks", "sandbox")
 """Sections a warm start depends on (with train.tasks and the held-out split, and the seed)."""
@@ -185,15 +192,23 @@ def bench_rl(
     sweep_tasks: int = 16,
     warm_from: Path | None = None,
     control: bool = True,
+    control_seeds: list[int] | None = None,
 ) -> dict[str, Any]:
     """The bench (module doc); with ``temperatures``, the temperature sweep (:func:`temperature_sweep`)
     instead of the seeds. ``warm_from``: a warm-started model folder made before (a main job's
     ``<run>/warm``, or ``coderl sft --out``) instead of the bench's own. ``control=False``: no control
-    runs (``--no-control``)."""
+    runs (``--no-control``); ``control_seeds``: the seeds with a control run (default: every seed)."""
     if jobs < 1:
         raise CoderlError(f"bench rl: --jobs {jobs} is not a number of processes; give 1 or more")
     if temperatures and not control:
         raise CoderlError("bench rl: --no-control with --temperatures — the sweep runs no control to leave out; drop one")
+    if control_seeds is not None and not control:
+        raise CoderlError("bench rl: --no-control with --control-seeds — give one (no control runs, or controls on some seeds)")
+    controlled = ([*seeds] if control_seeds is None else [*control_seeds]) if control else []
+    if not set(controlled) <= set(seeds) or (control and not controlled):
+        raise CoderlError(
+            f"bench rl: --control-seeds {','.join(map(str, controlled))} — give one or more of the seeds run ({','.join(map(str, seeds))})"
+        )
     refuse_time_bound(cfg, "rl")
     if not cfg.sft.before_rl or not cfg.sft.data:
         raise CoderlError(
@@ -220,7 +235,7 @@ def bench_rl(
             }
         )
         planned.append(("rl", rl, root / f"rl-seed{seed}"))
-        if control:
+        if seed in controlled:
             still = rl.model_copy(update={"actor": rl.actor.model_copy(update={"lr": 0.0})})
             planned.append(("control", still, root / f"control-seed{seed}"))
     with ThreadPoolExecutor(max_workers=jobs) as pool:  # the runs are processes; threads only wait
@@ -236,7 +251,8 @@ def bench_rl(
         "samples_per_step": cfg.train.tasks_per_step * cfg.train.group_size,
         "warm_start": str(warm),
         "warm_start_minutes": warm_minutes,
-        "control": control,
+        "control": bool(controlled),
+        "control_seeds": controlled,
         "validated_on": "dev" if cfg.train.dev_size else "held-out",
         "minutes_per_run": statistics.fmean(r["minutes"] for rs in runs.values() for r in rs),
         "run_dirs": {k: [r["run_dir"] for r in v] for k, v in runs.items()},
@@ -247,19 +263,47 @@ def bench_rl(
     for held, infix in (("val", ""), ("val_sampled", "sampled_")):
         if not any(r[held][0] for r in runs["rl"]):
             continue
-        for kind in ("rl", "control") if control else ("rl",):
+        for kind in ("rl", "control") if controlled else ("rl",):
             starts = [r[held][0] for r in runs[kind]]
             ends = [r[held][1] for r in runs[kind]]
             rise = paired_rise(starts, ends)
             if kind == "rl":
-                out[f"warm_{infix}pass_at_1"] = [statistics.fmean(s.values()) if s else 0.0 for s in starts]
-                out[f"rl_{infix}pass_at_1"] = [statistics.fmean(e.values()) if e else 0.0 for e in ends]
+                out[f"warm_{infix}pass_at_1"] = _means(starts)
+                out[f"rl_{infix}pass_at_1"] = _means(ends)
             else:
-                out[f"control_{infix}end_pass_at_1"] = [statistics.fmean(e.values()) if e else 0.0 for e in ends]
+                out[f"control_{infix}start_pass_at_1"] = _means(starts)
+                out[f"control_{infix}end_pass_at_1"] = _means(ends)
             out[f"{kind}_{infix}rise"] = rise["mean_rise"]
             out[f"{kind}_{infix}rise_ci95"] = rise["rise_ci95"]
             out[f"{infix}held_out_tasks"] = rise["tasks"]
+    out["also"] = [_also_figures(source, also_prefix(i), runs) for i, source in enumerate(cfg.train.val_also)]
     return out
+
+
+def _means(rates: list[dict[str, float]]) -> list[float]:
+    return [statistics.fmean(r.values()) if r else 0.0 for r in rates]
+
+
+def _also_figures(source: str, prefix: str, runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """One ``train.val_also`` set's figures (module doc), from its greedy validations."""
+    rl = paired_rise([r[prefix][0] for r in runs["rl"]], [r[prefix][1] for r in runs["rl"]])
+    figures: dict[str, Any] = {
+        "source": source,
+        "tasks": rl["tasks"],
+        "warm_pass_at_1": _means([r[prefix][0] for r in runs["rl"]]),
+        "rl_pass_at_1": _means([r[prefix][1] for r in runs["rl"]]),
+        "rl_rise": rl["mean_rise"],
+        "rl_rise_ci95": rl["rise_ci95"],
+    }
+    if runs["control"]:
+        still = paired_rise([r[prefix][0] for r in runs["control"]], [r[prefix][1] for r in runs["control"]])
+        figures |= {
+            "control_start_pass_at_1": _means([r[prefix][0] for r in runs["control"]]),
+            "control_end_pass_at_1": _means([r[prefix][1] for r in runs["control"]]),
+            "control_rise": still["mean_rise"],
+            "control_rise_ci95": still["rise_ci95"],
+        }
+    return figures
 
 
 def to_markdown(r: dict[str, Any]) -> str:
@@ -272,7 +316,10 @@ def to_markdown(r: dict[str, Any]) -> str:
 
     minutes = r["warm_start_minutes"]
     made = f"`coderl sft`, {minutes:.0f} min when made" if minutes is not None else f"given: `{r['warm_start']}`"
-    against = "against a control whose RL learning rate is 0" if r.get("control", True) else "with no control runs"
+    controlled = r.get("control_seeds", r["seeds"] if r.get("control", True) else [])
+    against = "against a control whose RL learning rate is 0" if controlled else "with no control runs"
+    if controlled and controlled != r["seeds"]:
+        against += f" (on seed{'s' if len(controlled) > 1 else ''} {', '.join(map(str, controlled))})"
     where = "dev split (train.dev_size)" if r.get("validated_on") == "dev" else "held-out validation"
 
     lines = [
@@ -287,20 +334,27 @@ def to_markdown(r: dict[str, Any]) -> str:
         f"| {where} | run | after warm start (per seed) | after RL (per seed) | rise | 95% interval (paired bootstrap over tasks) |",
         "|---|---|---|---|---|---|",
     ]
-    for infix, label in (("", "greedy"), ("sampled_", "at the rollout temperature")):
-        if f"warm_{infix}pass_at_1" not in r:
-            continue
-        for kind, ends in (("RL", f"rl_{infix}pass_at_1"), ("control (lr 0)", f"control_{infix}end_pass_at_1")):
-            if ends not in r:
+
+    def rows(label: str, f: dict[str, Any], infix: str = "") -> list[str]:
+        out = []
+        for kind, key in (("RL", "rl"), ("control (lr 0)", "control")):
+            if f"{key}_{infix}rise" not in f:
                 continue
-            key = "rl" if kind == "RL" else "control"
-            lo, hi = r[f"{key}_{infix}rise_ci95"]
-            lines.append(
-                f"| {label} ({r[f'{infix}held_out_tasks']} tasks) | {kind} | {cells(r[f'warm_{infix}pass_at_1'])} | "
-                f"{cells(r[ends])} | **{r[f'{key}_{infix}rise']:+.3f}** | [{lo:+.3f}, {hi:+.3f}] |"
+            starts = f[f"warm_{infix}pass_at_1"] if key == "rl" else f.get(f"control_{infix}start_pass_at_1", f[f"warm_{infix}pass_at_1"])
+            ends = f[f"{key}_{infix}pass_at_1" if key == "rl" else f"control_{infix}end_pass_at_1"]
+            lo, hi = f[f"{key}_{infix}rise_ci95"]
+            out.append(
+                f"| {label} | {kind} | {cells(starts)} | {cells(ends)} | **{f[f'{key}_{infix}rise']:+.3f}** | [{lo:+.3f}, {hi:+.3f}] |"
             )
+        return out
+
+    for infix, label in (("", "greedy"), ("sampled_", "at the rollout temperature")):
+        if f"warm_{infix}pass_at_1" in r:
+            lines += rows(f"{label} ({r[f'{infix}held_out_tasks']} tasks)", r, infix)
+    for also in r.get("also", []):
+        lines += rows(f"greedy, `{also['source']}` ({also['tasks']} tasks)", also)
     target = "Target: `rl_rise` >= +0.10 with its interval above 0"
-    lines += ["", target + (", the control's holding 0." if r.get("control", True) else " (no control run here).")]
+    lines += ["", target + (", the control's holding 0." if controlled else " (no control run here).")]
     return "\n".join(lines)
 
 

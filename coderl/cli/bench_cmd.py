@@ -110,6 +110,7 @@ def _rl(cfg: Config, ns: argparse.Namespace, console: Console) -> dict[str, Any]
         cfg, seeds=seeds[:1] if ns.quick else seeds, console=console, jobs=ns.jobs, temperatures=temperatures,
         sweep_tasks=2 if ns.quick else ns.sweep_tasks, warm_from=Path(ns.warm) if ns.warm else None,
         control=not ns.no_control,
+        control_seeds=[int(x) for x in ns.control_seeds.split(",") if x.strip()] if ns.control_seeds else None,
     )  # fmt: skip
 
 
@@ -276,6 +277,7 @@ BENCHES: dict[str, Bench] = {
             ("--sweep-tasks", {"type": int, "default": 16, "help": "training tasks per temperature of --temperatures (default 16)"}),
             ("--warm", {"default": "", "metavar": "DIR", "help": "a warm-started model folder to start from (a main job's RUN/warm, or coderl sft --out) instead of making one"}),
             ("--no-control", {"action": "store_true", "help": "leave out the control runs (learning rate 0): for comparing RL settings on a dev split (train.dev_size); refused with --write"}),
+            ("--control-seeds", {"default": "", "metavar": "SEEDS", "help": "comma-separated seeds (some of --seeds) to run the control on (default: every seed); a control costs a run"}),
         ],
         train_defaults=True,
         overrides=lambda ns: (
