@@ -47,6 +47,8 @@ def test_bench_rl_runs_the_rl_phase_from_one_warm_start_against_its_control(tmp_
     lo, hi = r["rl_rise_ci95"]
     assert lo <= r["rl_rise"] <= hi and isinstance(r["control_rise"], float)
     assert 0.0 <= r["teaching_group_share"] <= 1.0 and r["control_seeds"] == [0]
+    [[same, total]] = r["control_same_trajectories"]  # the control's greedy validation at both ends, compared
+    assert total == 1 and 0 <= same <= total
     [also] = r["also"]  # the val_also set, reported the same way
     assert also["source"] == "bundled:strkit-s021" and also["tasks"] == 1 and isinstance(also["control_rise"], float)
     assert also["rl_rise"] == pytest.approx(also["rl_pass_at_1"][0] - also["warm_pass_at_1"][0])
@@ -123,9 +125,11 @@ def test_the_table_puts_the_controls_own_starts_beside_its_ends_and_reports_each
                   "rl_pass_at_1": [0.042, 0.0], "rl_rise": 0.021, "rl_rise_ci95": [0.0, 0.063],
                   "control_start_pass_at_1": [0.0], "control_end_pass_at_1": [0.0], "control_rise": 0.0,
                   "control_rise_ci95": [0.0, 0.0]}],
+        "control_same_trajectories": [[21, 24]],
     }  # fmt: skip
     text = to_markdown(r)
     assert "against a control whose RL learning rate is 0 (on seed 0)" in text
     assert "| greedy (24 tasks) | control (lr 0) | 0.125 | 0.125 | **+0.000** |" in text
     assert "| greedy, `pypi:toolz==0.12.1?n=24` (24 tasks) | RL | 0.000, 0.000 | 0.042, 0.000 | **+0.021** | [+0.000, +0.063] |" in text
     assert "| greedy, `pypi:toolz==0.12.1?n=24` (24 tasks) | control (lr 0) | 0.000 | 0.000 |" in text
+    assert "in the control (weights unchanged) 21 of 24 held-out trajectories came out token for token the same" in text

@@ -26,6 +26,10 @@ Each ``train.val_also`` set (the main job's hand-written tier and new repository
 way under ``also``: per set, its source, ``warm_pass_at_1``, ``rl_pass_at_1``, ``rl_rise`` with
 ``rl_rise_ci95``, and the control's ``control_rise`` with ``control_rise_ci95``.
 
+``control_same_trajectories``: per control run, [held-out tasks whose greedy trajectory came out token
+for token the same in its first and last validation, tasks] — with weights unchanged, how reproducible
+the greedy figure is on its own.
+
 Runs live in ``runs/bench-rl-<digest>/`` (``run.dir`` when given): ``warm/`` and one folder per seed and
 kind; finished runs are reused, as in ``coderl bench learn``.
 """
@@ -50,6 +54,7 @@ from coderl.bench.report import machine_info
 from coderl.config import Config
 from coderl.config.loader import dump_config
 from coderl.errors import CoderlError
+from coderl.rollout.store import read_trajectories
 from coderl.threads import share_of_cores
 from coderl.train.checkpoints import read_metrics
 from coderl.train.sft import DEMONSTRATED, read_demonstrated
@@ -136,7 +141,6 @@ def temperature_sweep(
     the RL phase's temperature is chosen by."""
     import random
 
-    from coderl.rollout.store import read_trajectories
     from coderl.tasks.split import train_and_held_out
 
     t = cfg.train
@@ -259,6 +263,7 @@ def bench_rl(
         "teaching_group_share": statistics.fmean(
             [x for r in runs["rl"] for x in _teaching_share(Path(r["run_dir"]))] or [0.0]
         ),
+        "control_same_trajectories": [_same_trajectories(Path(r["run_dir"])) for r in runs["control"]],
     }
     for held, infix in (("val", ""), ("val_sampled", "sampled_")):
         if not any(r[held][0] for r in runs["rl"]):
@@ -278,6 +283,26 @@ def bench_rl(
             out[f"{infix}held_out_tasks"] = rise["tasks"]
     out["also"] = [_also_figures(source, also_prefix(i), runs) for i, source in enumerate(cfg.train.val_also)]
     return out
+
+
+def _same_trajectories(run_dir: Path) -> list[int]:
+    """[tasks whose greedy held-out trajectory came out token for token the same, tasks] between a
+    run's first and last validation: in a control (weights unchanged) what is left is the engine's own
+    run-to-run variation (bfloat16 sums grouped by what else shares a step)."""
+    folders = sorted((run_dir / "validation").iterdir()) if (run_dir / "validation").is_dir() else []
+    if len(folders) < 2:
+        return [0, 0]
+    first, last = (_token_streams(f) for f in (folders[0], folders[-1]))
+    shared = set(first) & set(last)
+    return [sum(first[t] == last[t] for t in shared), len(shared)]
+
+
+def _token_streams(folder: Path) -> dict[str, list[list[int]]]:
+    """Per held-out task of one greedy validation, the token ids of each part (prompt + response)."""
+    streams: dict[str, list[list[int]]] = {}
+    for row in read_trajectories(folder) if (folder / "trajectories").is_dir() else []:
+        streams.setdefault(row["task_id"], []).append([*row["prompt_ids"], *row["response_ids"]])
+    return streams
 
 
 def _means(rates: list[dict[str, float]]) -> list[float]:
@@ -353,6 +378,15 @@ def to_markdown(r: dict[str, Any]) -> str:
             lines += rows(f"{label} ({r[f'{infix}held_out_tasks']} tasks)", r, infix)
     for also in r.get("also", []):
         lines += rows(f"greedy, `{also['source']}` ({also['tasks']} tasks)", also)
+    same = [x for x in r.get("control_same_trajectories", []) if x[1]]
+    if same:
+        lines += [
+            "",
+            f"Greedy validation is not bit-for-bit reproducible: in the control (weights unchanged) "
+            f"{', '.join(f'{a} of {n}' for a, n in same)} held-out trajectories came out token for token the same at "
+            "both ends; the rest parted mid-reply (the engine's bfloat16 sums differ with what else shares its "
+            "step, and a near-tie can go the other way), so a run's greedy figure moves by a task or so on its own.",
+        ]
     target = "Target: `rl_rise` >= +0.10 with its interval above 0"
     lines += ["", target + (", the control's holding 0." if controlled else " (no control run here).")]
     return "\n".join(lines)
