@@ -266,22 +266,13 @@ def bench_rl(
         "control_same_trajectories": [_same_trajectories(Path(r["run_dir"])) for r in runs["control"]],
     }
     for held, infix in (("val", ""), ("val_sampled", "sampled_")):
-        if not any(r[held][0] for r in runs["rl"]):
-            continue
-        for kind in ("rl", "control") if controlled else ("rl",):
-            starts = [r[held][0] for r in runs[kind]]
-            ends = [r[held][1] for r in runs[kind]]
-            rise = paired_rise(starts, ends)
-            if kind == "rl":
-                out[f"warm_{infix}pass_at_1"] = _means(starts)
-                out[f"rl_{infix}pass_at_1"] = _means(ends)
-            else:
-                out[f"control_{infix}start_pass_at_1"] = _means(starts)
-                out[f"control_{infix}end_pass_at_1"] = _means(ends)
-            out[f"{kind}_{infix}rise"] = rise["mean_rise"]
-            out[f"{kind}_{infix}rise_ci95"] = rise["rise_ci95"]
-            out[f"{infix}held_out_tasks"] = rise["tasks"]
-    out["also"] = [_also_figures(source, also_prefix(i), runs) for i, source in enumerate(cfg.train.val_also)]
+        if any(r[held][0] for r in runs["rl"]):
+            figures = _rise_figures(runs, held, infix)
+            out[f"{infix}held_out_tasks"] = figures.pop("tasks")
+            out |= figures
+    out["also"] = [
+        {"source": source, **_rise_figures(runs, also_prefix(i))} for i, source in enumerate(cfg.train.val_also)
+    ]
     return out
 
 
@@ -309,25 +300,24 @@ def _means(rates: list[dict[str, float]]) -> list[float]:
     return [statistics.fmean(r.values()) if r else 0.0 for r in rates]
 
 
-def _also_figures(source: str, prefix: str, runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
-    """One ``train.val_also`` set's figures (module doc), from its greedy validations."""
-    rl = paired_rise([r[prefix][0] for r in runs["rl"]], [r[prefix][1] for r in runs["rl"]])
-    figures: dict[str, Any] = {
-        "source": source,
-        "tasks": rl["tasks"],
-        "warm_pass_at_1": _means([r[prefix][0] for r in runs["rl"]]),
-        "rl_pass_at_1": _means([r[prefix][1] for r in runs["rl"]]),
-        "rl_rise": rl["mean_rise"],
-        "rl_rise_ci95": rl["rise_ci95"],
-    }
-    if runs["control"]:
-        still = paired_rise([r[prefix][0] for r in runs["control"]], [r[prefix][1] for r in runs["control"]])
-        figures |= {
-            "control_start_pass_at_1": _means([r[prefix][0] for r in runs["control"]]),
-            "control_end_pass_at_1": _means([r[prefix][1] for r in runs["control"]]),
-            "control_rise": still["mean_rise"],
-            "control_rise_ci95": still["rise_ci95"],
-        }
+def _rise_figures(runs: dict[str, list[dict[str, Any]]], held: str, infix: str = "") -> dict[str, Any]:
+    """One held-out set's figures (module doc; ``held`` its key in the runs' results, ``infix`` the
+    keys' infix): pass@1 before and after per seed, the paired rise and its interval, for the RL runs and
+    (when there are any) the controls; and ``tasks``, how many tasks the rises pair."""
+    figures: dict[str, Any] = {}
+    for kind in ("rl", "control") if runs["control"] else ("rl",):
+        starts = [r[held][0] for r in runs[kind]]
+        ends = [r[held][1] for r in runs[kind]]
+        rise = paired_rise(starts, ends)
+        if kind == "rl":
+            figures[f"warm_{infix}pass_at_1"] = _means(starts)
+            figures[f"rl_{infix}pass_at_1"] = _means(ends)
+        else:
+            figures[f"control_{infix}start_pass_at_1"] = _means(starts)
+            figures[f"control_{infix}end_pass_at_1"] = _means(ends)
+        figures[f"{kind}_{infix}rise"] = rise["mean_rise"]
+        figures[f"{kind}_{infix}rise_ci95"] = rise["rise_ci95"]
+        figures["tasks"] = rise["tasks"]
     return figures
 
 
