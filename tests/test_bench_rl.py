@@ -133,3 +133,21 @@ def test_the_table_puts_the_controls_own_starts_beside_its_ends_and_reports_each
     assert "| greedy, `pypi:toolz==0.12.1?n=24` (24 tasks) | RL | 0.000, 0.000 | 0.042, 0.000 | **+0.021** | [+0.000, +0.063] |" in text
     assert "| greedy, `pypi:toolz==0.12.1?n=24` (24 tasks) | control (lr 0) | 0.000 | 0.000 |" in text
     assert "in the control (weights unchanged) 21 of 24 held-out trajectories came out token for token the same" in text
+
+
+def test_the_table_says_when_the_controls_greedy_validation_reproduced_exactly_and_names_the_gpu() -> None:
+    from coderl.bench.rl import to_markdown
+
+    r = {
+        "machine": {"cpu": "cpu", "cores": 16, "torch": "2", "cuda": "NVIDIA H200"}, "command": "coderl bench rl",
+        "warm_start_minutes": 2.0, "warm_start": "w", "steps": 5, "samples_per_step": 64, "tasks": "t",
+        "seeds": [0], "minutes_per_run": 7.0, "teaching_group_share": 0.2, "control": True,
+        "control_seeds": [0], "validated_on": "held-out",
+        "warm_pass_at_1": [0.083], "rl_pass_at_1": [0.167], "rl_rise": 0.083, "rl_rise_ci95": [0.0, 0.208],
+        "control_start_pass_at_1": [0.083], "control_end_pass_at_1": [0.083], "control_rise": 0.0,
+        "control_rise_ci95": [0.0, 0.0], "held_out_tasks": 24, "control_same_trajectories": [[24, 24]],
+    }  # fmt: skip
+    text = to_markdown(r)
+    assert "16 cores, NVIDIA H200, torch 2" in text
+    assert "24 of 24 greedy held-out trajectories came out token for token the same at both ends" in text
+    assert "not bit-for-bit" not in text

@@ -336,11 +336,12 @@ def to_markdown(r: dict[str, Any]) -> str:
     if controlled and controlled != r["seeds"]:
         against += f" (on seed{'s' if len(controlled) > 1 else ''} {', '.join(map(str, controlled))})"
     where = "dev split (train.dev_size)" if r.get("validated_on") == "dev" else "held-out validation"
+    gpu = f", {m['cuda']}" if m.get("cuda") else ""
 
     lines = [
         "## RL's own share (`coderl bench rl`)",
         "",
-        f"Command: `{r['command']}` — {m['cpu']}, {m['cores']} cores, torch {m['torch']}. One warm start "
+        f"Command: `{r['command']}` — {m['cpu']}, {m['cores']} cores{gpu}, torch {m['torch']}. One warm start "
         f"({made}), then the RL phase of `coderl train`'s "
         f"configuration from it ({r['steps']} steps of {r['samples_per_step']} samples on `{r['tasks']}`) over seeds "
         f"{r['seeds']}, {against}. About {r['minutes_per_run']:.0f} min (wall "
@@ -370,16 +371,27 @@ def to_markdown(r: dict[str, Any]) -> str:
         lines += rows(f"greedy, `{also['source']}` ({also['tasks']} tasks)", also)
     same = [x for x in r.get("control_same_trajectories", []) if x[1]]
     if same:
-        lines += [
-            "",
-            f"Greedy validation is not bit-for-bit reproducible: in the control (weights unchanged) "
-            f"{', '.join(f'{a} of {n}' for a, n in same)} held-out trajectories came out token for token the same at "
-            "both ends; the rest parted mid-reply (the engine's bfloat16 sums differ with what else shares its "
-            "step, and a near-tie can go the other way), so a run's greedy figure moves by a task or so on its own.",
-        ]
+        lines += ["", _reproducibility_sentence(same)]
     target = "Target: `rl_rise` >= +0.10 with its interval above 0"
     lines += ["", target + (", the control's holding 0." if controlled else " (no control run here).")]
     return "\n".join(lines)
+
+
+def _reproducibility_sentence(same: list[list[int]]) -> str:
+    """What the control's greedy validations at both ends say of the engine's reproducibility."""
+    counts = ", ".join(f"{a} of {n}" for a, n in same)
+    if all(a == n for a, n in same):
+        return (
+            f"In the control (weights unchanged) {counts} greedy held-out trajectories came out token for token "
+            "the same at both ends: here greedy validation reproduced exactly, so the control's figure is the "
+            "same policy's and the RL run's change is the RL phase's (or its seed's)."
+        )
+    return (
+        "Greedy validation is not bit-for-bit reproducible: in the control (weights unchanged) "
+        f"{counts} held-out trajectories came out token for token the same at both ends; the rest parted "
+        "mid-reply (the engine's bfloat16 sums differ with what else shares its step, and a near-tie can go "
+        "the other way), so a run's greedy figure moves by a task or so on its own."
+    )
 
 
 def _sweep_markdown(r: dict[str, Any]) -> str:
