@@ -69,6 +69,15 @@ class EngineConfig(Section):
     model would have produced (greedy: the argmax; sampling: the speculative-sampling rule), so only
     the speed changes: an agent writing back the function it just read decodes several tokens a step.
     0 = off. Ignored where decode attention is batched."""
+    batch_invariant: Literal["off", "greedy", "all"] = "off"
+    """Embedded engines: which requests come out the same bits whatever else shares the engine's steps
+    (alone, or among 23 others): greedy = those at temperature 0 (a greedy validation is then
+    reproducible run to run), all = every request, off = none. Costs speed in the steps such a request
+    is in: each projection runs in blocks of 32 rows (measured on a 2-core CPU: up to ~2x a step's
+    matmul time at 100+ rows), its prompt is prefilled in pieces that end at multiples of
+    prefill_chunk, it takes no other session's prompt KV (share_prompts), and no decode step is
+    replayed as a CUDA graph. Checked bit for bit on the CPU; a KV evicted from the prefix cache and
+    prefilled again is not the same bits as the one decoded token by token."""
     cuda_graphs: bool = True
     """Embedded engines on CUDA with batched decode attention: replay decode-only steps as CUDA graphs,
     captured on first use per batch-size and attended-length bucket (powers of two)."""

@@ -55,6 +55,15 @@ MIN_SHARED = 32
 """Shortest prompt prefix worth taking from another session (or waiting for), in tokens."""
 
 
+
+def prefill_piece(computed: int, pending: int, chunk: int) -> int:
+    """How many of a sequence's ``pending`` tokens one step prefills, its KV computed up to
+    ``computed``: up to the next multiple of ``chunk`` (``engine.prefill_chunk``) from the sequence's
+    start, never more. So a prompt's KV is computed in the same pieces whatever else shares the
+    engine's steps, and its bits (bfloat16 sums grouped by the piece's attention) are the same alone
+    and in a busy batch: greedy decoding is reproducible."""
+    return min(pending, chunk - computed % chunk)
+
 @dataclass(eq=False)
 class _Request:
     rid: int
@@ -151,6 +160,7 @@ class EmbeddedEngine(Engine):
             "shared_prompt_tokens": 0,
             "draft_tokens": 0,
             "accepted_draft_tokens": 0,
+            "invariant_steps": 0,
         }
 
     # ----------------------------------------------------------------- lifecycle
@@ -450,7 +460,7 @@ class EmbeddedEngine(Engine):
             req = self._waiting.popleft()
             kv = self._prefix.take(req.session_id) if req.session_id and self._prefix.enabled else None
             own = min(common_prefix(kv.tokens, req.prompt), len(req.prompt) - 1) if kv is not None else 0
-            if self.cfg.share_prompts:
+            if self.cfg.share_prompts and not self._invariant(req):  # another's KV: computed in its own pieces
                 donor, ready, coming = self._donor(req.prompt)
                 if coming - max(own, ready) >= MIN_SHARED:  # a running request is prefilling it: wait for it
                     if kv is not None and req.session_id:
@@ -523,12 +533,19 @@ class EmbeddedEngine(Engine):
                 break
             assert req.kv is not None
             pending = req.pending()
-            take = pending[:budget]
+            if self._invariant(req):
+                take = pending[: prefill_piece(req.kv.length, len(pending), self.cfg.prefill_chunk)]
+                if len(take) > budget:  # its piece waits for a step with room: pieces keep their boundaries
+                    continue
+            else:
+                take = pending[:budget]
             budget -= len(take)
             chunks.append(Chunk(req.kv, take, want_logits=len(take) == len(pending)))
             owners.append(req)
             self._counters["prefill_tokens"] += len(take)
-        logits = self.runner.forward(chunks, self._decode_step)
+        invariant = any(self._invariant(r) for r in owners)
+        logits = self.runner.forward(chunks, self._decode_step, invariant=invariant)
+        self._counters["invariant_steps"] += invariant
         samplers = [o for o, c in zip(owners, chunks, strict=True) if c.want_logits]
         plain = [r for r in samplers if r.rid not in drafts]
         at = 0  # each sampler's first logits row
@@ -555,6 +572,12 @@ class EmbeddedEngine(Engine):
         self._counters["steps"] += 1
         for req in samplers:
             self._emit(req, *new[req.rid], now)
+
+    def _invariant(self, req: _Request) -> bool:
+        """Whether this request's tokens must come out the same whatever shares its steps
+        (``engine.batch_invariant``)."""
+        mode = self.cfg.batch_invariant
+        return mode == "all" or (mode == "greedy" and req.params.temperature == 0)
 
     def _draft(self, req: _Request) -> list[int]:
         """Draft tokens for a decoding request (``engine.speculate``), never past its token budget."""

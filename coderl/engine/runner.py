@@ -77,16 +77,21 @@ class ModelRunner:
         return KVLayout(len(self.layers), self.shape.kv_heads, self.shape.head_dim, self.dtype, self.device)
 
     @torch.inference_mode()
-    def forward(self, chunks: list[Chunk], decode_step: DecodeStep | None = None) -> torch.Tensor:
+    def forward(
+        self, chunks: list[Chunk], decode_step: DecodeStep | None = None, invariant: bool = False
+    ) -> torch.Tensor:
         """Run the chunks, append their tokens to their caches, return float32 logits ``[S, vocab]``
         for the last ``logit_rows`` tokens of each chunk with ``want_logits`` (in chunk order).
 
         ``decode_step``, when given, runs the steps in which every chunk decodes one token of a
-        sequence living in the KV rows (and wants its logits).
+        sequence living in the KV rows (and wants its logits). ``invariant``: every projection in
+        blocks of at most :data:`ROW_BLOCK` rows, so each token's numbers are the same bits whatever
+        other chunks share the step (``engine.batch_invariant``; the caller keeps each sequence's
+        prefill pieces the same).
         """
         for chunk in chunks:
             chunk.kv.reserve(chunk.kv.length + len(chunk.token_ids))
-        if decode_step is not None and chunks and all(_batched(c) and c.want_logits for c in chunks):
+        if decode_step is not None and not invariant and chunks and all(_batched(c) and c.want_logits for c in chunks):
             logits = decode_step(
                 [c.token_ids[0] for c in chunks], [c.kv.length for c in chunks], [c.kv.row for c in chunks]
             )
@@ -155,7 +160,8 @@ class ModelRunner:
                 ).transpose(0, 1)  # [n, H, D]
             return out
 
-        hidden = self._layers(self.embed(ids), pos, attend)  # [N, E]
+        segments = _invariant_segments([end - start for start, end, _ in spans]) if invariant else None
+        hidden = self._layers(self.embed(ids), pos, attend, segments)  # [N, E]
         rows_out = [
             row
             for chunk, (start, end, _) in zip(chunks, spans, strict=True)
@@ -167,7 +173,14 @@ class ModelRunner:
         if not rows_out:
             return torch.empty((0, self.vocab_size), dtype=torch.float32, device=dev)
         last = hidden[torch.tensor(rows_out, dtype=torch.long, device=dev)]  # [S, E]
-        return self.lm_head(self.norm(last)).float()  # [S, V]
+        return self.vocab_logits(self.norm(last), invariant)  # [S, V]
+
+    def vocab_logits(self, hidden: torch.Tensor, invariant: bool = False) -> torch.Tensor:
+        """float32 logits ``[S, V]`` of normed hidden states ``[S, E]``; ``invariant``: in blocks of at
+        most :data:`ROW_BLOCK` rows (:meth:`forward`)."""
+        if not invariant or hidden.shape[0] <= ROW_BLOCK:
+            return self.lm_head(hidden).float()
+        return torch.cat([self.lm_head(part).float() for part in hidden.split(ROW_BLOCK)])
 
     def decode_rows(
         self, rows: KVRows, ids: torch.Tensor, pos: torch.Tensor, row_ids: torch.Tensor, span: int
@@ -186,17 +199,34 @@ class ModelRunner:
         hidden = self._layers(self.embed(ids), pos, attend)  # [B, E]
         return self.lm_head(self.norm(hidden)).float()  # [B, V]
 
-    def _layers(self, hidden: torch.Tensor, pos: torch.Tensor, attend: Attend) -> torch.Tensor:
-        """The decoder layers over flat tokens ``hidden`` ``[N, E]`` at positions ``pos`` ``[N]``."""
+    def _layers(
+        self, hidden: torch.Tensor, pos: torch.Tensor, attend: Attend, segments: list[int] | None = None
+    ) -> torch.Tensor:
+        """The decoder layers over flat tokens ``hidden`` ``[N, E]`` at positions ``pos`` ``[N]``;
+        ``segments``: the row-wise work (projections, norms, MLP) one call per segment of rows
+        (:func:`_invariant_segments`), not one over all of them."""
         n_tok = hidden.shape[0]
         shape = self.shape
         cos, sin = rotary(self.model, hidden, pos)  # [N, 1, D] each
+        blocked = segments is not None and len(segments) > 1
         for li, layer in enumerate(self.layers):
             attn = layer.self_attn
-            q, k, v = project_qkv(attn, layer.input_layernorm(hidden), cos, sin, shape)  # [N, H|KVH, D]
-            out = attend(li, q, k, v)  # [N, H, D]
-            hidden = hidden + attn.o_proj(out.view(n_tok, shape.heads * shape.head_dim))  # [N, E]
-            hidden = hidden + layer.mlp(layer.post_attention_layernorm(hidden))  # [N, E]
+
+            def qkv(x: torch.Tensor, c: torch.Tensor, s: torch.Tensor, attn: Any = attn, layer: Any = layer) -> tuple[torch.Tensor, ...]:
+                return project_qkv(attn, layer.input_layernorm(x), c, s, shape)  # [n, H|KVH, D]
+
+            def after(x: torch.Tensor, a: torch.Tensor, attn: Any = attn, layer: Any = layer) -> torch.Tensor:
+                x = x + attn.o_proj(a.reshape(a.shape[0], shape.heads * shape.head_dim))  # [n, E]
+                return x + layer.mlp(layer.post_attention_layernorm(x))  # [n, E]
+
+            if blocked:
+                assert segments is not None
+                q, k, v = _in_segments(qkv, segments, hidden, cos, sin)
+                hidden = _in_segments(after, segments, hidden, attend(li, q, k, v))[0]
+            else:
+                q, k, v = qkv(hidden, cos, sin)
+                hidden = after(hidden, attend(li, q, k, v))
+        assert hidden.shape[0] == n_tok
         return hidden
 
     def _mask(self, n_new: int, past: int) -> torch.Tensor | None:
@@ -207,6 +237,39 @@ class ModelRunner:
         q_pos = torch.arange(past, past + n_new, device=self.device)[:, None]  # [n, 1]
         k_pos = torch.arange(past + n_new, device=self.device)[None, :]  # [1, T]
         return k_pos <= q_pos  # [n, T]
+
+
+ROW_BLOCK = 32
+"""Most rows a projection takes at once in a batch-invariant step (:meth:`ModelRunner.forward`).
+Measured on one CPU (oneDNN, bfloat16, each of SmolLM2-135M's projection shapes): a row's result is the
+same bits at 1 to 32 rows as alone, and past 32 some rows' differ with the row count (at 513 rows, 34
+of the down projection's; the vocabulary projection's at 33 to 301)."""
+
+
+def _invariant_segments(lengths: list[int]) -> list[int]:
+    """Row segments of a batch-invariant step whose chunks have ``lengths`` new tokens, in order: a
+    chunk longer than :data:`ROW_BLOCK` (a prefill piece, the same rows whatever shares the step) is a
+    segment of its own; runs of shorter ones (decoding tokens, drafts) go in blocks of at most
+    :data:`ROW_BLOCK` rows, where every row comes out as it would alone."""
+    segments: list[int] = []
+    run = 0
+    for n in [*lengths, None]:
+        if n is not None and n <= ROW_BLOCK:
+            run += n
+            continue
+        segments += [ROW_BLOCK] * (run // ROW_BLOCK) + ([run % ROW_BLOCK] if run % ROW_BLOCK else [])
+        run = 0
+        if n is not None:
+            segments.append(n)
+    return segments
+
+
+def _in_segments(fn: Callable[..., Any], segments: list[int], *xs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """``fn`` over the row ``segments`` of ``xs`` (the same rows of each), its outputs concatenated."""
+    outs = [fn(*parts) for parts in zip(*(x.split(segments) for x in xs), strict=True)]
+    if isinstance(outs[0], torch.Tensor):
+        return (torch.cat(outs),)
+    return tuple(torch.cat(list(parts)) for parts in zip(*outs, strict=True))
 
 
 FEW = 32

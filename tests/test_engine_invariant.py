@@ -1,0 +1,80 @@
+"""Batch invariance (``engine.batch_invariant``): a greedy request's tokens and logprobs are the same
+bits alone and in a busy batch, on the real default model in bfloat16 (where a row's sums change with
+how many rows share a matmul)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from coderl.config import EngineConfig, ModelConfig
+from coderl.engine import SamplingParams
+from coderl.engine.embedded import EmbeddedEngine, prefill_piece
+from coderl.engine.runner import ROW_BLOCK, _invariant_segments
+
+
+def test_a_prompts_pieces_end_at_multiples_of_the_chunk_whatever_it_has_done() -> None:
+    assert prefill_piece(0, 1000, 512) == 512
+    assert prefill_piece(512, 488, 512) == 488
+    assert prefill_piece(300, 1000, 512) == 212  # a cached prefix of 300: up to the next boundary
+    assert prefill_piece(300, 100, 512) == 100
+
+
+def test_long_chunks_are_segments_of_their_own_and_short_ones_go_in_blocks() -> None:
+    assert ROW_BLOCK == 32
+    assert _invariant_segments([1] * 24) == [24]
+    assert _invariant_segments([5] * 10) == [32, 18]  # 50 draft-verifying rows: a block and the rest
+    assert _invariant_segments([1, 1, 512, 3, 100]) == [2, 512, 3, 100]
+    assert _invariant_segments([40]) == [40]
+    assert sum(_invariant_segments([7, 33, 32, 1, 2])) == 75
+
+
+def _prompts(tokenizer: Any) -> list[list[int]]:
+    words = "def parse(line):\n    key, _, value = line.partition('=')\n    return key.strip(), value.strip()\n"
+    return [
+        list(
+            tokenizer.apply_chat_template(
+                [{"role": "user", "content": f"Explain, step {i}:\n" + words * (2 + 3 * i)}],
+                add_generation_prompt=True, tokenize=True, return_dict=False,
+            )
+        )
+        for i in range(4)
+    ]  # fmt: skip
+
+
+@pytest.mark.slow
+async def test_greedy_turns_come_out_the_same_bits_alone_and_in_a_busy_batch(tokenizer: Any) -> None:
+    # small prefill pieces (64) so the prompts (~60-330 tokens) are prefilled in several; drafts on
+    engine = EmbeddedEngine(
+        EngineConfig(max_batch_size=8, prefill_chunk=64, speculate=4, batch_invariant="greedy"),
+        ModelConfig(dtype="bfloat16"),
+    )
+    await engine.start()
+    try:
+        prompts = _prompts(tokenizer)
+        greedy = SamplingParams(max_tokens=24, temperature=0)
+        follow = tokenizer.encode("\nNow shorter.", add_special_tokens=False)
+
+        async def two_turns(i: int, tag: str) -> list[Any]:
+            first = await engine.generate(prompts[i], greedy, session_id=f"{tag}{i}")
+            second = await engine.generate(prompts[i] + first.token_ids + follow, greedy, session_id=f"{tag}{i}")
+            return [first, second]
+
+        alone = [await two_turns(i, "alone") for i in range(len(prompts))]
+        busy = await asyncio.gather(
+            *(two_turns(i, "busy") for i in range(len(prompts))),
+            *(  # sampled requests share the steps too
+                engine.generate(p, SamplingParams(max_tokens=40, temperature=1.0, seed=i))
+                for i, p in enumerate(prompts)
+            ),
+        )
+        for a, b in zip(alone, busy, strict=False):
+            for x, y in zip(a, b, strict=True):
+                assert x.token_ids == y.token_ids
+                assert x.logprobs == y.logprobs  # bit for bit, not close
+        assert alone[1][1].cached_tokens > 0  # the second turn reused its session's KV
+        assert engine.stats()["invariant_steps"] > 0
+    finally:
+        await engine.stop()
