@@ -31,6 +31,16 @@ def test_long_chunks_are_segments_of_their_own_and_short_ones_go_in_blocks() -> 
     assert sum(_invariant_segments([7, 33, 32, 1, 2])) == 75
 
 
+def test_the_setting_reads_a_bare_off_and_names_the_choices_on_a_bad_one() -> None:
+    from coderl.config import load_config
+    from coderl.errors import ConfigError
+
+    assert load_config(None, ["engine.batch_invariant=off"]).engine.batch_invariant == "off"  # YAML's false
+    assert load_config(None, ["engine.batch_invariant=greedy"]).engine.batch_invariant == "greedy"
+    with pytest.raises(ConfigError, match="'off', 'greedy' or 'all'"):
+        load_config(None, ["engine.batch_invariant=sampled"])
+
+
 def _prompts(tokenizer: Any) -> list[list[int]]:
     words = "def parse(line):\n    key, _, value = line.partition('=')\n    return key.strip(), value.strip()\n"
     return [
@@ -74,7 +84,10 @@ async def test_greedy_turns_come_out_the_same_bits_alone_and_in_a_busy_batch(tok
             for x, y in zip(a, b, strict=True):
                 assert x.token_ids == y.token_ids
                 assert x.logprobs == y.logprobs  # bit for bit, not close
-        assert alone[1][1].cached_tokens > 0  # the second turn reused its session's KV
-        assert engine.stats()["invariant_steps"] > 0
+        for a, b in zip(alone, busy, strict=False):  # second turns reused their session's KV, alike
+            assert a[1].cached_tokens == b[1].cached_tokens > 0
+        stats = engine.stats()
+        assert stats["invariant_steps"] > 0
+        assert stats["accepted_draft_tokens"] > 0  # drafts were verified and kept
     finally:
         await engine.stop()

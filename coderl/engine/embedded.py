@@ -197,6 +197,12 @@ class EmbeddedEngine(Engine):
                 from coderl.engine.cuda_graphs import DecodeGraphs
 
                 self._decode_step = DecodeGraphs(self._runner, self._rows)
+        if self.cfg.batch_invariant != "off" and self._runner.device.type != "cpu":
+            log.warning(
+                "%s: engine.batch_invariant=%s is checked on the CPU only; on %s a row's bits may still "
+                "depend on what shares its step (kernels chosen by row count)",
+                self.name, self.cfg.batch_invariant, self._runner.device.type,
+            )  # fmt: skip
         log.info(
             "%s: %s on %s (%s, %s decode attention%s), policy v%d",
             self.name,
@@ -475,7 +481,7 @@ class EmbeddedEngine(Engine):
             # reuse the common prefix, but always leave one prompt token to compute the next logits from
             keep = min(common_prefix(kv.tokens, req.prompt), len(req.prompt) - 1)
             kv.truncate(keep)
-            if self._rows is not None:
+            if self._rows is not None and not self._invariant(req):  # an invariant one attends alone
                 try:
                     self._rows.bind(kv)
                 except Exception as exc:  # e.g. its rows do not fit: this request fails, the engine goes on

@@ -207,8 +207,12 @@ class ModelRunner:
         (:func:`_invariant_segments`), not one over all of them."""
         n_tok = hidden.shape[0]
         shape = self.shape
-        cos, sin = rotary(self.model, hidden, pos)  # [N, 1, D] each
         blocked = segments is not None and len(segments) > 1
+        if blocked:  # element-wise, but split among threads by the whole count: per segment too
+            assert segments is not None
+            cos, sin = _in_segments(lambda h, p: rotary(self.model, h, p), segments, hidden, pos)
+        else:
+            cos, sin = rotary(self.model, hidden, pos)  # [N, 1, D] each
         for li, layer in enumerate(self.layers):
             attn = layer.self_attn
 
