@@ -55,7 +55,6 @@ MIN_SHARED = 32
 """Shortest prompt prefix worth taking from another session (or waiting for), in tokens."""
 
 
-
 def prefill_piece(computed: int, pending: int, chunk: int) -> int:
     """How many of a sequence's ``pending`` tokens one step prefills, its KV computed up to
     ``computed``: up to the next multiple of ``chunk`` (``engine.prefill_chunk``) from the sequence's
@@ -63,6 +62,7 @@ def prefill_piece(computed: int, pending: int, chunk: int) -> int:
     engine's steps, and its bits (bfloat16 sums grouped by the piece's attention) are the same alone
     and in a busy batch: greedy decoding is reproducible."""
     return min(pending, chunk - computed % chunk)
+
 
 @dataclass(eq=False)
 class _Request:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Protocol
 
 import torch
@@ -84,9 +85,9 @@ class ModelRunner:
         for the last ``logit_rows`` tokens of each chunk with ``want_logits`` (in chunk order).
 
         ``decode_step``, when given, runs the steps in which every chunk decodes one token of a
-        sequence living in the KV rows (and wants its logits). ``invariant``: every projection in
-        blocks of at most :data:`ROW_BLOCK` rows, so each token's numbers are the same bits whatever
-        other chunks share the step (``engine.batch_invariant``; the caller keeps each sequence's
+        sequence living in the KV rows (and wants its logits). ``invariant``: the projections one
+        call per row segment (:func:`_invariant_segments`), so each token's numbers are the same bits
+        whatever other chunks share the step (``engine.batch_invariant``; the caller keeps each sequence's
         prefill pieces the same).
         """
         for chunk in chunks:
@@ -203,35 +204,32 @@ class ModelRunner:
         self, hidden: torch.Tensor, pos: torch.Tensor, attend: Attend, segments: list[int] | None = None
     ) -> torch.Tensor:
         """The decoder layers over flat tokens ``hidden`` ``[N, E]`` at positions ``pos`` ``[N]``;
-        ``segments``: the row-wise work (projections, norms, MLP) one call per segment of rows
-        (:func:`_invariant_segments`), not one over all of them."""
-        n_tok = hidden.shape[0]
-        shape = self.shape
-        blocked = segments is not None and len(segments) > 1
-        if blocked:  # element-wise, but split among threads by the whole count: per segment too
-            assert segments is not None
-            cos, sin = _in_segments(lambda h, p: rotary(self.model, h, p), segments, hidden, pos)
+        ``segments``: the row-wise work (rotary tables, projections, norms, MLP) one call per segment
+        of rows (:func:`_invariant_segments`), not one over all of them."""
+        rows = segments if segments is not None and len(segments) > 1 else None
+        if rows is not None:  # element-wise, but split among threads by the whole count: per segment too
+            cos, sin = _in_segments(partial(rotary, self.model), rows, hidden, pos)
         else:
             cos, sin = rotary(self.model, hidden, pos)  # [N, 1, D] each
         for li, layer in enumerate(self.layers):
-            attn = layer.self_attn
-
-            def qkv(x: torch.Tensor, c: torch.Tensor, s: torch.Tensor, attn: Any = attn, layer: Any = layer) -> tuple[torch.Tensor, ...]:
-                return project_qkv(attn, layer.input_layernorm(x), c, s, shape)  # [n, H|KVH, D]
-
-            def after(x: torch.Tensor, a: torch.Tensor, attn: Any = attn, layer: Any = layer) -> torch.Tensor:
-                x = x + attn.o_proj(a.reshape(a.shape[0], shape.heads * shape.head_dim))  # [n, E]
-                return x + layer.mlp(layer.post_attention_layernorm(x))  # [n, E]
-
-            if blocked:
-                assert segments is not None
-                q, k, v = _in_segments(qkv, segments, hidden, cos, sin)
-                hidden = _in_segments(after, segments, hidden, attend(li, q, k, v))[0]
+            if rows is not None:
+                q, k, v = _in_segments(partial(self._qkv, layer), rows, hidden, cos, sin)
+                (hidden,) = _in_segments(partial(self._after_attention, layer), rows, hidden, attend(li, q, k, v))
             else:
-                q, k, v = qkv(hidden, cos, sin)
-                hidden = after(hidden, attend(li, q, k, v))
-        assert hidden.shape[0] == n_tok
+                q, k, v = self._qkv(layer, hidden, cos, sin)
+                hidden = self._after_attention(layer, hidden, attend(li, q, k, v))
         return hidden
+
+    def _qkv(self, layer: Any, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """A layer's queries, keys and values of rows ``x`` ``[n, E]``: ``[n, H|KVH, D]``."""
+        return project_qkv(layer.self_attn, layer.input_layernorm(x), cos, sin, self.shape)
+
+    def _after_attention(self, layer: Any, x: torch.Tensor, attended: torch.Tensor) -> torch.Tensor:
+        """A layer's output projection and MLP, with their residuals, for rows ``x`` ``[n, E]`` given
+        their attention output ``[n, H, D]``."""
+        shape = self.shape
+        x = x + layer.self_attn.o_proj(attended.reshape(x.shape[0], shape.heads * shape.head_dim))  # [n, E]
+        return x + layer.mlp(layer.post_attention_layernorm(x))  # [n, E]
 
     def _mask(self, n_new: int, past: int) -> torch.Tensor | None:
         """Attention mask of ``n_new`` queries over ``past + n_new`` keys; None where SDPA's own
