@@ -6,6 +6,7 @@ instead, and says so."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import subprocess
@@ -160,7 +161,15 @@ async def test_fork_bomb_is_contained(make_spec: Any) -> None:
     async with await create_sandbox(make_spec(max_processes=64)) as box:
         r = await box.exec("bomb() { bomb | bomb & }; bomb; sleep 2; echo survived", timeout=8)
         assert r.timed_out or r.exit_code != 0 or "survived" in r.stdout
-        assert (await box.exec("echo still-works")).stdout == "still-works\n"
+        # the bomb's processes may take a moment to die (docker: the pid limit stays full until they
+        # have), so the sandbox must work again within a few tries, not necessarily at once
+        outputs = []
+        for _ in range(10):
+            outputs.append((await box.exec("echo still-works")).stdout)
+            if outputs[-1] == "still-works\n":
+                break
+            await asyncio.sleep(1)
+        assert outputs[-1] == "still-works\n", outputs
     assert subprocess.run(["true"]).returncode == 0  # the host can still start processes
 
 
