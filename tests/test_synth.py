@@ -14,7 +14,7 @@ from coderl.cli.main import main
 from coderl.errors import TaskError
 from coderl.tasks import load_tasks
 from coderl.tasks.junit import JUnitCase
-from coderl.tasks.synth.build import SynthOptions, gold_patch, protected_lines, synthesize
+from coderl.tasks.synth.build import SynthOptions, called_names, gold_patch, protected_lines, synthesize
 from coderl.tasks.synth.issue import issue_text
 from coderl.tasks.synth.mutate import KINDS, find_mutations, interleave
 
@@ -160,6 +160,97 @@ def test_synth_on_an_unseen_repository_gives_tasks_that_validate(tmp_path: Path,
     assert main(["tasks", "validate", f"tasks.source=native:{out}", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["ok"] == report["total"] == 4
+
+
+CALC = """def _plus(a, b):
+    return a + b
+
+
+def scale(k, values):
+    return [k * v for v in values]
+
+
+def total(values):
+    out = 0
+    for v in values:
+        out = _plus(out, v)
+    return out
+"""
+CALC_TESTS = """from lib.calc import scale, total
+
+
+def test_total_of_scaled():
+    assert total(scale(2, [1, 2])) == 6
+
+
+def test_total():
+    assert total([1, 2]) == 3
+
+
+def test_empty():
+    assert total([]) == 0
+
+
+def test_scale_nothing():
+    assert scale(2, []) == []
+"""
+
+
+def _calc_repo(root: Path) -> Path:
+    """A library whose tests call ``total`` and ``scale`` by name, never ``_plus``; a bug in ``scale``
+    that only ``total(scale(...))`` catches is shown by an issue calling ``total`` first."""
+    (root / "lib").mkdir(parents=True)
+    (root / "tests").mkdir()
+    (root / "lib" / "__init__.py").write_text("")
+    (root / "lib" / "calc.py").write_text(CALC)
+    (root / "tests" / "test_calc.py").write_text(CALC_TESTS)
+    return root
+
+
+def test_called_names_are_what_an_issue_can_show_being_called(tmp_path: Path) -> None:
+    repo = _calc_repo(tmp_path / "calc")
+    (repo / "tests" / "test_more.py").write_text("def test_x():\n    assert lib.calc.total2([]) == x.y\n")
+    names = called_names(repo, ["tests/test_calc.py", "tests/test_more.py"])
+    assert {"total", "scale", "total2"} <= names and not {"_plus", "calc", "lib", "y"} & names
+
+
+@pytest.mark.slow
+async def test_synth_keeps_only_the_bugs_asked_for(tmp_path: Path) -> None:
+    """``bug_in=callee``: functions no test calls by name are never mutated (counted), and a caught
+    mutant whose issue calls another function first is dropped as ``bug_elsewhere``; without it, the
+    same repository gives helper tasks too."""
+    repo = _calc_repo(tmp_path / "calc")
+    every = await synthesize(repo, tmp_path / "all", SynthOptions(n=20, validate=False))
+    marks = [(t.metadata["synth"]["bug_in"], t.metadata["synth"]["function"]) for t in load_tasks(f"native:{tmp_path / 'all'}")]  # type: ignore[index]
+    assert ("helper", "_plus") in marks and ("helper", "scale") in marks and ("callee", "total") in marks
+    only = await synthesize(repo, tmp_path / "callee", SynthOptions(n=20, validate=False, bug_in="callee"))
+    kept = load_tasks(f"native:{tmp_path / 'callee'}")
+    assert kept and all(t.metadata["synth"]["bug_in"] == "callee" for t in kept)  # type: ignore[index]
+    assert only["bug_in"] == "callee" and only["sites_not_called_by_tests"] == 2  # _plus's two mutants
+    assert only["dropped"]["bug_elsewhere"] >= 1 and only["mutation_sites"] == every["mutation_sites"]
+    assert only["tried"] == only["kept"] + sum(only["dropped"].values()) + only["surplus"]
+    with pytest.raises(TaskError, match=r"bug_in='callees'; use one of callee, helper"):
+        await synthesize(repo, tmp_path / "bad", SynthOptions(n=1, bug_in="callees"))
+
+
+@pytest.mark.slow
+async def test_synth_mutates_only_short_functions_when_asked(tmp_path: Path) -> None:
+    repo = _calc_repo(tmp_path / "calc")
+    short = await synthesize(repo, tmp_path / "short", SynthOptions(n=20, validate=False, max_lines=2))
+    functions = {t.metadata["synth"]["function"] for t in load_tasks(f"native:{tmp_path / 'short'}")}  # type: ignore[index]
+    assert functions and functions <= {"_plus", "scale"}  # total() has 5 lines
+    assert short["max_lines"] == 2 and short["sites_in_long_functions"] >= 1
+    with pytest.raises(TaskError, match=r"max_lines=0; give a number of lines, 1 or more"):
+        await synthesize(repo, tmp_path / "bad", SynthOptions(n=1, max_lines=0))
+
+
+def test_a_pypi_source_with_a_bad_filter_is_refused_before_any_download() -> None:
+    with pytest.raises(TaskError, match=r"bug_in='calee'; use one of callee, helper"):
+        load_tasks("pypi:toolz==0.12.1?n=24&bug_in=calee")
+    with pytest.raises(TaskError, match=r"max_lines=0; give a number of lines"):
+        load_tasks("pypi:toolz==0.12.1?n=24&max_lines=0")
+    with pytest.raises(TaskError, match=r"max_lines='long' is not a whole number"):
+        load_tasks("pypi:toolz==0.12.1?n=24&max_lines=long")
 
 
 async def test_bad_repositories_get_clear_errors(tmp_path: Path) -> None:

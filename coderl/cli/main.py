@@ -223,6 +223,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds one test-suite run may take (default 60; the pristine suite must finish within it)",
     )  # fmt: skip
     p.add_argument(
+        "--bug-in", choices=["callee", "helper"],
+        help="keep only tasks whose bug lies in the function the issue text calls first (callee) or elsewhere "
+        "(helper); the others are dropped as bug_elsewhere and --n counts the kept ones (default: keep both)",
+    )  # fmt: skip
+    p.add_argument(
+        "--max-lines", type=int,
+        help="mutate only functions of at most this many lines, decorators and docstring included (default: any)",
+    )  # fmt: skip
+    p.add_argument(
         "--no-validate", action="store_true", help="skip proving each task (faster; not for shipping)"
     )
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object on stdout")

@@ -93,7 +93,8 @@ def run_tasks_synth(ns: argparse.Namespace) -> int:
     cfg = config_from_args(ns)
     opts = SynthOptions(
         n=ns.n, seed=ns.seed, tier=ns.tier, concurrency=ns.concurrency, max_tries=ns.max_tries,
-        timeout_s=ns.timeout, validate=not ns.no_validate,
+        timeout_s=ns.timeout, validate=not ns.no_validate, bug_in=ns.bug_in,
+        max_lines=ns.max_lines,
     )  # fmt: skip
     console = Console(stderr=True)
     with progress_bars(console) as progress:

@@ -12,7 +12,10 @@ Sources:
 
 Synthesised tasks (``coderl tasks synth``, the bundled ``synth`` tier) can be filtered by where their
 bug lies: ``?bug_in=callee`` keeps those whose bug is in the function the issue text calls first,
-``?bug_in=helper`` the others (``bundled:synth?bug_in=callee``).
+``?bug_in=helper`` the others (``bundled:synth?bug_in=callee``). On a ``pypi:`` source the filter
+goes into the synthesis itself: ``pypi:toolz==0.12.1?n=24&bug_in=callee`` is 24 tasks whose bug lies
+in the function the issue calls first (mutants elsewhere are dropped, not counted in ``n``), and
+``&max_lines=L`` mutates only functions of at most L lines.
 """
 
 from __future__ import annotations
@@ -21,11 +24,11 @@ from pathlib import Path
 from urllib.parse import parse_qs
 
 from coderl.errors import TaskError
+from coderl.tasks.synth.issue import BUG_IN
 from coderl.types import Task
 
 KINDS = ("bundled", "swebench", "harbor", "native", "dataset", "pypi")
-BUG_IN = ("callee", "helper")
-QUERY_KEYS = {"swebench": ("repos", "test_command", "bug_in"), "pypi": ("n", "seed", "bug_in")}
+QUERY_KEYS = {"swebench": ("repos", "test_command", "bug_in"), "pypi": ("n", "seed", "bug_in", "max_lines")}
 """The ``?key=value`` parameters each kind reads (every other kind: ``bug_in`` only)."""
 
 
@@ -60,7 +63,16 @@ def load_tasks(source: str = "bundled") -> list[Task]:
     elif kind == "pypi":
         from coderl.tasks.synth.cached import synthesized_tasks
 
-        tasks = synthesized_tasks(path_text, _int_param(params, "n", 24, source), _int_param(params, "seed", 0, source))
+        where = params.get("bug_in")
+        if where is not None and where not in BUG_IN:
+            raise TaskError(f"{source}: bug_in={where!r}; use one of {', '.join(BUG_IN)}")
+        lines = _int_param(params, "max_lines", 0, source) if "max_lines" in params else None
+        if lines is not None and lines < 1:
+            raise TaskError(f"{source}: max_lines={lines}; give a number of lines, 1 or more")
+        tasks = synthesized_tasks(
+            path_text, _int_param(params, "n", 24, source), _int_param(params, "seed", 0, source),
+            bug_in=where, max_lines=lines,
+        )  # fmt: skip
     else:
         from coderl.tasks.dataset import read_parquet
 

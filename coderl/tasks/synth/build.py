@@ -48,7 +48,8 @@ from coderl.errors import TaskError
 from coderl.sandbox import SandboxSpec
 from coderl.tasks.junit import JUnitCase
 from coderl.tasks.native import load_native_task
-from coderl.tasks.synth.issue import bug_in, issue_text
+from coderl.tasks.overlap import enclosing_functions
+from coderl.tasks.synth.issue import BUG_IN, bug_in, issue_text
 from coderl.tasks.synth.mutate import Mutation, find_mutations, interleave
 from coderl.tasks.synth.source import fetch_pypi, is_pypi
 from coderl.tasks.synth.suite import LENIENT, NO_PLUGINS, SuiteRun, SuiteRunner, test_files
@@ -64,7 +65,8 @@ LENIENT_COMMAND = (
 )
 """A task's grading command when its project's pytest settings had to be emptied (``SuiteRunner.lenient``)."""
 DROP_REASONS = (
-    "uncaught", "breaks_everything", "timeout", "no_pass_to_pass", "overlaps_existing_task", "failed_validation",
+    "uncaught", "breaks_everything", "timeout", "no_pass_to_pass", "overlaps_existing_task", "bug_elsewhere",
+    "failed_validation",
 )  # fmt: skip
 
 
@@ -81,6 +83,14 @@ class SynthOptions:
     timeout_s: float = 60.0
     """Limit of one run of the suite (a mutant that passes it is dropped as a timeout)."""
     validate: bool = True
+    bug_in: str | None = None
+    """Keep only tasks whose bug lies there as their issue text shows it (:func:`bug_in`: ``callee``,
+    the function the issue calls first; ``helper``, anywhere else); the others are dropped as
+    ``bug_elsewhere`` and ``n`` counts the kept ones. With ``callee``, only functions some test file
+    calls by name are mutated."""
+    max_lines: int | None = None
+    """Mutate only functions of at most this many lines (decorators and docstring included; module-level
+    code not at all): tasks the size of the functions an agent writes back whole."""
 
 
 @dataclass
@@ -259,6 +269,8 @@ async def synthesize(
 ) -> dict[str, Any]:
     """Synthesise up to ``opts.n`` tasks from ``repo`` (a folder, or ``pypi:NAME[==VERSION]``) into
     the suite folder ``out`` (module doc)."""
+    if opts.bug_in not in (None, *BUG_IN):
+        raise TaskError(f"tasks synth: bug_in={opts.bug_in!r}; use one of {', '.join(BUG_IN)} (or none)")
     started = time.perf_counter()
     spec = spec or SandboxSpec()
     given = str(repo)  # as named: the summary does not record this machine's absolute paths
@@ -292,6 +304,18 @@ async def synthesize(
                 overlaps += 1
             else:
                 mutations.append(m)
+    if opts.max_lines is not None and opts.max_lines < 1:
+        raise TaskError(f"tasks synth: max_lines={opts.max_lines}; give a number of lines, 1 or more")
+    long_sites = 0
+    if opts.max_lines is not None:
+        sizes = function_lines(pristine, {m.path for m in mutations})
+        short = [m for m in mutations if 0 < sizes.get((m.path, m.function), 0) <= opts.max_lines]
+        long_sites, mutations = len(mutations) - len(short), short
+    uncalled = 0
+    if opts.bug_in == "callee":  # a bug the issue can show being called: in a function a test calls by name
+        called = called_names(pristine, every)
+        uncalled = sum(1 for m in mutations if m.function.rsplit(".", 1)[-1] not in called)
+        mutations = [m for m in mutations if m.function.rsplit(".", 1)[-1] in called]
     _remove_tasks(out / "tasks", name, opts.tier)
     order = interleave(mutations, opts.seed)
     if opts.max_tries is not None:
@@ -312,10 +336,12 @@ async def synthesize(
                 state.run_s.append(run.seconds)
                 state.tried[m.kind] += 1
                 verdict, f2p, p2p, files = _classify(run, passing, subset)
+                failures = [run.cases[t] for t in f2p if t in run.cases] if verdict == "kept" else []
+                if verdict == "kept" and opts.bug_in and _bug_in(m, f2p, failures, pristine) != opts.bug_in:
+                    verdict = "bug_elsewhere"
                 if verdict != "kept":
                     state.dropped[verdict] += 1
                 elif len(state.kept) < state.want:
-                    failures = [run.cases[t] for t in f2p if t in run.cases]
                     state.kept.append(Kept(m, f2p, p2p, files, failures))
                     state.kept_kinds[m.kind] += 1
                 else:
@@ -343,7 +369,11 @@ async def synthesize(
         "seed": opts.seed,
         "tier": opts.tier,
         "requested": opts.n,
-        "mutation_sites": len(mutations) + overlaps,
+        "mutation_sites": len(mutations) + overlaps + uncalled + long_sites,
+        "bug_in": opts.bug_in,
+        "sites_not_called_by_tests": uncalled,
+        "max_lines": opts.max_lines,
+        "sites_in_long_functions": long_sites,
         "tried": sum(state.tried.values()),
         "kept": len(written) - len(failures),
         "dropped": {reason: state.dropped.get(reason, 0) for reason in DROP_REASONS},
@@ -364,6 +394,39 @@ async def synthesize(
     }
     (out / f"synth-{name}.json").write_text(yaml.safe_dump(summary, sort_keys=False))
     return summary
+
+
+def _instruction(fail_to_pass: list[str], failures: list[JUnitCase], pristine: Path) -> str:
+    """The issue text of a kept mutant (:func:`coderl.tasks.synth.issue.issue_text`)."""
+    others = max(0, len(fail_to_pass) - len(failures))
+    return issue_text(failures, pristine, others) if failures else "Some tests fail.\n"
+
+
+def _bug_in(m: Mutation, fail_to_pass: list[str], failures: list[JUnitCase], pristine: Path) -> str:
+    """Where a kept mutant's bug lies as its issue text will show it (:func:`bug_in`)."""
+    return bug_in(_instruction(fail_to_pass, failures, pristine), m.function)
+
+
+def function_lines(repo: Path, paths: set[str]) -> dict[tuple[str, str], int]:
+    """(path, qualified name) -> lines of every function of the files ``paths`` (decorators included)."""
+    sizes: dict[tuple[str, str], int] = {}
+    for rel in sorted(paths):
+        for name, first, last in enclosing_functions((repo / rel).read_text()):
+            sizes[(rel, name)] = max(sizes.get((rel, name), 0), last - first + 1)
+    return sizes
+
+
+def called_names(repo: Path, files: list[str]) -> set[str]:
+    """Names the test ``files`` call (``name(`` or ``module.name(``): the functions an issue written
+    from their failures can show being called first (:func:`coderl.tasks.synth.issue.issue_callee`)."""
+    called: set[str] = set()
+    for rel in files:
+        text = (repo / rel).read_text(errors="replace")
+        called.update(m.group(1) for m in _CALLED.finditer(text))
+    return called
+
+
+_CALLED = re.compile(r"\b([A-Za-z_]\w*)\(")
 
 
 def _pristine_copy(repo: Path, dest: Path) -> Path:
@@ -425,8 +488,7 @@ def _write_task(
     folder.mkdir(parents=True, exist_ok=True)
     source = (pristine / m.path).read_text()
     (folder / "gold.patch").write_text(gold_patch(m.path, m.apply(source), source))
-    others = max(0, len(kept.fail_to_pass) - len(kept.failures))
-    instruction = issue_text(kept.failures, pristine, others) if kept.failures else "Some tests fail.\n"
+    instruction = _instruction(kept.fail_to_pass, kept.failures, pristine)
     meta = {
         "id": task_id,
         "tier": opts.tier,

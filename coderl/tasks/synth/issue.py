@@ -107,6 +107,10 @@ def issue_callee(instruction: str) -> str | None:
     return None
 
 
+BUG_IN = ("callee", "helper")
+"""Where a synthesised bug can lie as its issue text shows it (:func:`bug_in`)."""
+
+
 def bug_in(instruction: str, function: str) -> str:
     """Where a synthesised bug lies as its issue text shows it: ``callee`` when the mutated function
     (qualified name) is the one the issue calls first, ``helper`` otherwise (another function, a
