@@ -253,6 +253,32 @@ def test_warm_start_then_rl(tmp_path: Path, tiny_model: Path) -> None:
     assert rows[3]["policy_version"] == 2  # the warm start, then one RL update
     assert "held-out pass@1 (start -> end)" in out and "warm start:" in out
     assert (run / "sft.jsonl").is_file() and checkpoints.latest(run) is not None
+    # coderl export: the RL step's weights (LoRA merged onto the warm start) as a model folder; a greedy
+    # coderl eval of it decodes the held-out task token for token as the run's greedy validation did
+    model = tmp_path / "exported"
+    said = subprocess.run(
+        [sys.executable, "-m", "coderl.cli.main", "export", str(run), "--out", str(model)],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert said.returncode == 0 and "step 1 of" in said.stderr, said.stderr
+    from safetensors.torch import load_file
+
+    base, merged = load_file(str(run / "warm" / "model.safetensors")), load_file(str(model / "model.safetensors"))
+    changed = [k for k in base if not base[k].bfloat16().equal(merged[k].bfloat16())]  # as the engine holds them
+    assert changed and all("proj" in k for k in changed)  # the adapters' layers moved, nothing else
+    record = set(json.loads((model / "coderl-demos.json").read_text())["task_ids"])
+    assert record == demonstrated | {t["task_id"] for t in trained} and record.isdisjoint(held)
+    evaluated = tmp_path / "eval"
+    _finish(subprocess.Popen(
+        [sys.executable, "-m", "coderl.cli.main", "eval", str(run / "config.yaml"), f"model.path={model}",
+         f"tasks.source=bundled:{','.join(held)}", "rollout.temperature=0", "rollout.group_size=1",
+         "rollout.pass_k=[1]", f"run.dir={evaluated}"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    ))  # fmt: skip
+    validated = read_trajectories(run / "validation" / "step-000001")
+    again = read_trajectories(evaluated)
+    assert [t["response_ids"] for t in again] == [t["response_ids"] for t in validated] and validated
+    assert [t["prompt_ids"] for t in again] == [t["prompt_ids"] for t in validated]
 
 
 def test_async_training_never_trains_a_sample_older_than_max_staleness(tmp_path: Path, tiny_model: Path) -> None:

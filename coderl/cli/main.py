@@ -98,6 +98,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=_lazy("coderl.cli.sft_cmd", "run_sft"))
     p = sub.add_parser(
+        "export",
+        help="a train run's checkpoint as a model folder (LoRA merged) for coderl eval, coderl train or a server",
+        description="Write a Hugging Face checkpoint folder from a coderl train run's checkpoint: the run's actor "
+        "rebuilt from its config.yaml, the checkpoint loaded, LoRA adapters merged into the weights they sat on "
+        "(the run's warm start, or model.path) as the run's engine received them, so a greedy coderl eval of the "
+        "folder decodes what the run's greedy validation of that step did. coderl-demos.json beside the weights "
+        "lists every task they trained on (imitated, or rolled out for training up to that step): a later run "
+        "from the folder never holds one out. Evaluate it: coderl eval model.path=OUT tasks.source=...",
+    )
+    p.add_argument("run_dir", metavar="RUN_DIR", help="the run directory of a coderl train run")
+    p.add_argument("--step", type=int, help="the checkpoint's step (default: the newest the run kept)")
+    p.add_argument("--out", help="the model folder to write (default: RUN_DIR/export/step-N)")
+    p.set_defaults(func=_lazy("coderl.cli.export_cmd", "run_export"))
+    p = sub.add_parser(
         "eval", help="roll out tasks.source with rollout.agent, grade, write report.json (pass@k)"
     )
     _config_args(p)
