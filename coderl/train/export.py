@@ -17,7 +17,7 @@ from pathlib import Path
 
 from coderl.config import Config
 from coderl.config.loader import load_config
-from coderl.errors import ConfigError
+from coderl.errors import ConfigError, ModelError
 from coderl.rollout.store import read_trajectories
 from coderl.train import checkpoints
 from coderl.train.sft import read_demonstrated
@@ -60,11 +60,11 @@ def _checkpoint(run_dir: Path, step: int | None) -> tuple[Path, int]:
     done = checkpoints.complete(run_dir)
     steps = [int(p.name.removeprefix("step-")) for p in done]
     if not done:
-        raise ConfigError(f"export: {str(run_dir)!r} has no complete checkpoint (checkpoints/step-N with trainer.json)")
+        raise ModelError(f"export: {str(run_dir)!r} has no complete checkpoint (checkpoints/step-N with trainer.json)")
     if step is None:
         return done[-1], steps[-1]
     if step not in steps:
-        raise ConfigError(
+        raise ModelError(
             f"export: {str(run_dir)!r} has no checkpoint of step {step}; it keeps steps {', '.join(map(str, steps))} "
             "(train.keep_checkpoints sets how many)"
         )
@@ -76,6 +76,6 @@ def _base_weights(cfg: Config, run_dir: Path) -> Path | None:
     if cfg.sft.before_rl and cfg.actor.lora_rank > 0:
         warm = run_dir / "warm"
         if not (warm / "config.json").is_file():
-            raise ConfigError(f"export: {str(run_dir)!r} trained LoRA adapters on a warm start, but {warm} is missing")
+            raise ModelError(f"export: {str(run_dir)!r} trained LoRA adapters on a warm start, but {warm} is missing")
         return warm
     return cfg.model.path

@@ -271,6 +271,8 @@ async def synthesize(
     the suite folder ``out`` (module doc)."""
     if opts.bug_in not in (None, *BUG_IN):
         raise TaskError(f"tasks synth: bug_in={opts.bug_in!r}; use one of {', '.join(BUG_IN)} (or none)")
+    if opts.max_lines is not None and opts.max_lines < 1:
+        raise TaskError(f"tasks synth: max_lines={opts.max_lines}; give a number of lines, 1 or more")
     started = time.perf_counter()
     spec = spec or SandboxSpec()
     given = str(repo)  # as named: the summary does not record this machine's absolute paths
@@ -304,8 +306,6 @@ async def synthesize(
                 overlaps += 1
             else:
                 mutations.append(m)
-    if opts.max_lines is not None and opts.max_lines < 1:
-        raise TaskError(f"tasks synth: max_lines={opts.max_lines}; give a number of lines, 1 or more")
     long_sites = 0
     if opts.max_lines is not None:
         sizes = function_lines(pristine, {m.path for m in mutations})
