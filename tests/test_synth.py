@@ -234,6 +234,22 @@ async def test_synth_keeps_only_the_bugs_asked_for(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+async def test_the_tasks_kept_are_the_first_caught_in_the_seeded_order_however_many_workers(tmp_path: Path) -> None:
+    """Four workers finish their mutants in whatever order the machine's timing gives; the kept tasks
+    are still those one worker keeps, numbered alike."""
+    def kept(out: Path) -> list[tuple[str, object]]:
+        return [(t.id, t.metadata["synth"]) for t in load_tasks(f"native:{out}")]  # type: ignore[index]
+
+    one = await synthesize(REPO, tmp_path / "one", SynthOptions(n=3, seed=5, validate=False, concurrency=1))
+    four = await synthesize(REPO, tmp_path / "four", SynthOptions(n=3, seed=5, validate=False, concurrency=4))
+    assert kept(tmp_path / "one") == kept(tmp_path / "four") and one["kept"] == four["kept"] == 3
+    for summary in (one, four):  # every mutant run is kept, dropped, or caught after the last place (surplus)
+        dropped = summary["dropped"]
+        assert summary["tried"] + dropped["overlaps_existing_task"] == summary["kept"] + sum(dropped.values()) + summary["surplus"]
+    assert one["surplus"] == 0 and four["tried"] >= one["tried"]
+
+
+@pytest.mark.slow
 async def test_synth_mutates_only_short_functions_when_asked(tmp_path: Path) -> None:
     repo = _calc_repo(tmp_path / "calc")
     short = await synthesize(repo, tmp_path / "short", SynthOptions(n=20, validate=False, max_lines=2))

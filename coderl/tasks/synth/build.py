@@ -12,7 +12,9 @@ passing pytest suite (the SWE-smith / R2E-Gym recipe: mutate, keep what the test
    with them emptied, when nothing passes otherwise.
 2. Seeded mutations of the library code (:mod:`coderl.tasks.synth.mutate`), each kind in turn, are
    run in sandboxes, one worker per ``concurrency``, each against the test files that call into the
-   mutated file (all of them for a module-level edit, or when none is known to).
+   mutated file (all of them for a module-level edit, or when none is known to). The tasks kept are the
+   first ``n`` caught in the seeded order, however the workers' runs interleave: the same repository,
+   seed and options give the same tasks on every machine.
 3. A mutant is kept when some passing tests now fail (FAIL_TO_PASS) and some tests of the same files
    still pass (PASS_TO_PASS); it is dropped, and counted, when no test catches it (an equivalent or
    untested mutant), when it breaks every test (an import-level break), when the suite times out,
@@ -100,11 +102,13 @@ class Kept:
     pass_to_pass: list[str]
     withheld: list[str]
     failures: list[JUnitCase]
+    order: int = 0
+    """The mutant's place in the seeded order: the kept tasks are the first ``n`` caught in it."""
 
 
 @dataclass
 class _State:
-    queue: Iterator[Mutation]
+    queue: Iterator[tuple[int, Mutation]]
     want: int
     kept: list[Kept] = field(default_factory=list)
     dropped: Counter[str] = field(default_factory=Counter)
@@ -252,7 +256,7 @@ def progress_callback(progress: Progress, n: int, label: str = "mutants run") ->
 
     def tick(stage: str, state: _State) -> None:
         if stage == "mutants":
-            progress.update(kept, completed=len(state.kept), info=f"{sum(state.tried.values())} {label}")
+            progress.update(kept, completed=min(len(state.kept), state.want), info=f"{sum(state.tried.values())} {label}")
         else:
             progress.update(checked, advance=1, visible=True, total=len(state.kept))
 
@@ -320,16 +324,17 @@ async def synthesize(
     order = interleave(mutations, opts.seed)
     if opts.max_tries is not None:
         order = (m for _, m in zip(range(opts.max_tries), order, strict=False))
-    state = _State(order, opts.n)
+    state = _State(enumerate(order), opts.n)
     state.dropped["overlaps_existing_task"] = overlaps
 
     async def worker() -> None:
         async with SuiteRunner(pristine, spec, env, opts.timeout_s, base.lenient) as suite:
             suite.files = every
             while len(state.kept) < state.want:
-                m = next(state.queue, None)
-                if m is None:
+                item = next(state.queue, None)
+                if item is None:
                     return
+                place, m = item
                 source = (pristine / m.path).read_text()
                 subset = relevant_files(m, base.trace, every)
                 run = await suite.run({m.path: m.apply(source)}, subset)
@@ -341,15 +346,18 @@ async def synthesize(
                     verdict = "bug_elsewhere"
                 if verdict != "kept":
                     state.dropped[verdict] += 1
-                elif len(state.kept) < state.want:
-                    state.kept.append(Kept(m, f2p, p2p, files, failures))
-                    state.kept_kinds[m.kind] += 1
                 else:
-                    state.surplus += 1  # caught, but another worker filled the last place first
+                    state.kept.append(Kept(m, f2p, p2p, files, failures, place))
                 if on_progress is not None:
                     on_progress("mutants", state)
 
     await asyncio.gather(*(worker() for _ in range(max(1, opts.concurrency))))
+    # the first n caught in the seeded order, whichever worker finished first: every mutant before the
+    # n-th of them ran (the queue hands them out in order, and each one taken runs to its end)
+    state.kept.sort(key=lambda k: k.order)
+    state.surplus = max(0, len(state.kept) - state.want)  # caught after the last place was filled
+    del state.kept[state.want :]
+    state.kept_kinds.update(k.mutation.kind for k in state.kept)
     written = [
         _write_task(out / "tasks", name, i + 1, k, pristine, env, opts, base.lenient)
         for i, k in enumerate(state.kept)
