@@ -260,15 +260,6 @@ async def test_synth_mutates_only_short_functions_when_asked(tmp_path: Path) -> 
         await synthesize(repo, tmp_path / "bad", SynthOptions(n=1, max_lines=0))
 
 
-def test_a_pypi_source_with_a_bad_filter_is_refused_before_any_download() -> None:
-    with pytest.raises(TaskError, match=r"bug_in='calee'; use one of callee, helper"):
-        load_tasks("pypi:toolz==0.12.1?n=24&bug_in=calee")
-    with pytest.raises(TaskError, match=r"max_lines=0; give a number of lines"):
-        load_tasks("pypi:toolz==0.12.1?n=24&max_lines=0")
-    with pytest.raises(TaskError, match=r"max_lines='long' is not a whole number"):
-        load_tasks("pypi:toolz==0.12.1?n=24&max_lines=long")
-
-
 async def test_bad_repositories_get_clear_errors(tmp_path: Path) -> None:
     no_tests = tmp_path / "no_tests"
     shutil.copytree(REPO / "romankit", no_tests / "romankit")

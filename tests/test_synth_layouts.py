@@ -172,7 +172,7 @@ def test_bench_synth_table_gives_each_library_its_row() -> None:
     assert "operator 75%, key 25%" in md
 
 
-def test_a_pypi_source_with_a_bad_count_is_refused() -> None:
+def test_a_pypi_source_with_a_bad_count_or_filter_is_refused() -> None:
     from coderl.tasks import load_tasks
 
     with pytest.raises(TaskError, match=r"n='many' is not a whole number"):
@@ -181,6 +181,12 @@ def test_a_pypi_source_with_a_bad_count_is_refused() -> None:
         load_tasks("pypi:toolz==0.12.1?n=0")
     with pytest.raises(TaskError, match=r"unknown parameter\(s\) \['repos'\]; pypi sources take n, seed, bug_in"):
         load_tasks("pypi:toolz==0.12.1?repos=x")
+    with pytest.raises(TaskError, match=r"bug_in='calee'; use one of callee, helper"):  # before any download
+        load_tasks("pypi:toolz==0.12.1?n=24&bug_in=calee")
+    with pytest.raises(TaskError, match=r"max_lines=0; give a number of lines"):
+        load_tasks("pypi:toolz==0.12.1?n=24&max_lines=0")
+    with pytest.raises(TaskError, match=r"max_lines='long' is not a whole number"):
+        load_tasks("pypi:toolz==0.12.1?n=24&max_lines=long")
 
 
 @pytest.mark.slow

@@ -104,6 +104,8 @@ class Kept:
     failures: list[JUnitCase]
     order: int = 0
     """The mutant's place in the seeded order: the kept tasks are the first ``n`` caught in it."""
+    instruction: str = ""
+    """Its issue text (:func:`_instruction`), written once when it is caught."""
 
 
 @dataclass
@@ -342,12 +344,13 @@ async def synthesize(
                 state.tried[m.kind] += 1
                 verdict, f2p, p2p, files = _classify(run, passing, subset)
                 failures = [run.cases[t] for t in f2p if t in run.cases] if verdict == "kept" else []
-                if verdict == "kept" and opts.bug_in and _bug_in(m, f2p, failures, pristine) != opts.bug_in:
+                instruction = _instruction(f2p, failures, pristine) if verdict == "kept" else ""
+                if verdict == "kept" and opts.bug_in and bug_in(instruction, m.function) != opts.bug_in:
                     verdict = "bug_elsewhere"
                 if verdict != "kept":
                     state.dropped[verdict] += 1
                 else:
-                    state.kept.append(Kept(m, f2p, p2p, files, failures, place))
+                    state.kept.append(Kept(m, f2p, p2p, files, failures, place, instruction))
                 if on_progress is not None:
                     on_progress("mutants", state)
 
@@ -408,11 +411,6 @@ def _instruction(fail_to_pass: list[str], failures: list[JUnitCase], pristine: P
     """The issue text of a kept mutant (:func:`coderl.tasks.synth.issue.issue_text`)."""
     others = max(0, len(fail_to_pass) - len(failures))
     return issue_text(failures, pristine, others) if failures else "Some tests fail.\n"
-
-
-def _bug_in(m: Mutation, fail_to_pass: list[str], failures: list[JUnitCase], pristine: Path) -> str:
-    """Where a kept mutant's bug lies as its issue text will show it (:func:`bug_in`)."""
-    return bug_in(_instruction(fail_to_pass, failures, pristine), m.function)
 
 
 def function_lines(repo: Path, paths: set[str]) -> dict[tuple[str, str], int]:
@@ -496,7 +494,7 @@ def _write_task(
     folder.mkdir(parents=True, exist_ok=True)
     source = (pristine / m.path).read_text()
     (folder / "gold.patch").write_text(gold_patch(m.path, m.apply(source), source))
-    instruction = _instruction(kept.fail_to_pass, kept.failures, pristine)
+    instruction = kept.instruction or _instruction(kept.fail_to_pass, kept.failures, pristine)
     meta = {
         "id": task_id,
         "tier": opts.tier,
