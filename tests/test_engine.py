@@ -470,3 +470,15 @@ async def test_cuda_engine_matches_cpu_reference(hf_model: Any, chat_prompts: li
         assert max(abs(a - b) for a, b in zip(c.logprobs, ref, strict=True)) < 1e-3
     finally:
         await eng.stop()
+
+
+async def test_start_up_line_names_the_thread_count(caplog: pytest.LogCaptureFixture) -> None:
+    """A greedy run's bits depend on the torch thread count, so the engine's start-up line says it."""
+    caplog.set_level("INFO", logger="coderl.engine.embedded")
+    eng = EmbeddedEngine(EngineConfig(max_batch_size=2), ModelConfig())
+    await eng.start()
+    try:
+        line = next(r.getMessage() for r in caplog.records if "decode attention" in r.getMessage())
+    finally:
+        await eng.stop()
+    assert f", {torch.get_num_threads()} torch threads)" in line

@@ -204,13 +204,15 @@ class EmbeddedEngine(Engine):
                 self.name, self.cfg.batch_invariant, self._runner.device.type,
             )  # fmt: skip
         log.info(
-            "%s: %s on %s (%s, %s decode attention%s), policy v%d",
+            "%s: %s on %s (%s, %s decode attention%s%s), policy v%d",
             self.name,
             self.checkpoint.name,
             device,
             self.model_cfg.dtype,
             "batched" if self._rows is not None else "per-sequence",
             ", CUDA graphs" if self._decode_step is not None else "",
+            # a greedy run's bits depend on the thread count (docs/engine.md): say it
+            f", {torch.get_num_threads()} torch threads" if self._runner.device.type == "cpu" else "",
             0,
         )
 
