@@ -482,3 +482,28 @@ async def test_start_up_line_names_the_thread_count(caplog: pytest.LogCaptureFix
     finally:
         await eng.stop()
     assert f", {torch.get_num_threads()} torch threads)" in line
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_prefill_attends_through_the_flash_kernel(checkpoint: Path, hf_model: Any, dtype: torch.dtype) -> None:
+    """A fresh prompt and a long continuation of it (more than FEW new tokens over a cache) attend
+    through SDPA's flash kernel on the CPU, never its math kernel (which copies bf16 to float32 and
+    builds every score: 7-14x slower per layer), and their logits are the HF forward's."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from coderl.checkpoint import load_model
+    from coderl.engine.kv_cache import SequenceKV
+    from coderl.engine.runner import FEW, Chunk, ModelRunner
+
+    runner = ModelRunner(load_model(checkpoint, dtype, "cpu"))
+    ids = torch.randint(200, 40000, (90 + FEW + 8,), generator=torch.Generator().manual_seed(3)).tolist()
+    kv = SequenceKV(runner.layout())
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        runner.forward([Chunk(kv, ids[:90], want_logits=True)])  # past 0: causal
+        last = runner.forward([Chunk(kv, ids[90:], want_logits=True)])[0]  # past 90: a mask
+    ops = {e.key for e in prof.key_averages()}
+    assert "aten::_scaled_dot_product_flash_attention_for_cpu" in ops
+    assert "aten::_scaled_dot_product_attention_math" not in ops
+    with torch.no_grad():
+        ref = hf_model(torch.tensor([ids])).logits[0, -1].float()
+    assert (last.float() - ref).abs().max().item() < (1e-3 if dtype == torch.float32 else 0.5)
