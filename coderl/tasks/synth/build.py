@@ -102,9 +102,9 @@ class Kept:
     pass_to_pass: list[str]
     withheld: list[str]
     failures: list[JUnitCase]
-    order: int = 0
+    order: int
     """The mutant's place in the seeded order: the kept tasks are the first ``n`` caught in it."""
-    instruction: str = ""
+    instruction: str
     """Its issue text (:func:`_instruction`), written once when it is caught."""
 
 
@@ -494,7 +494,7 @@ def _write_task(
     folder.mkdir(parents=True, exist_ok=True)
     source = (pristine / m.path).read_text()
     (folder / "gold.patch").write_text(gold_patch(m.path, m.apply(source), source))
-    instruction = kept.instruction or _instruction(kept.fail_to_pass, kept.failures, pristine)
+    instruction = kept.instruction
     meta = {
         "id": task_id,
         "tier": opts.tier,
