@@ -205,3 +205,22 @@ def test_sft_lowers_the_nll_and_coderl_sft_writes_a_model_folder(
         for a, b in zip(warm.state_dict().values(), fresh.model.state_dict().values(), strict=True)
     ]
     assert any(moved)
+
+
+def test_the_warm_start_has_its_own_checkpointing_and_micro_batches() -> None:
+    from coderl.train.loop import build_policy
+
+    cfg = load_config(
+        defaults=default_train_config(),
+        overrides=[
+            "actor.gradient_checkpointing=false", "actor.micro_batch_tokens=2048",
+            "sft.gradient_checkpointing=true", "sft.micro_batch_tokens=1024",
+        ],
+    )  # fmt: skip
+    warm, rl = build_policy(cfg, False, None, warm_start=True), build_policy(cfg, True, None)
+    assert isinstance(warm, Actor) and isinstance(rl, Actor)  # built, not loaded: no weights read here
+    assert (warm.cfg.gradient_checkpointing, warm.cfg.micro_batch_tokens, warm.cfg.lora_rank) == (True, 1024, 0)
+    assert (rl.cfg.gradient_checkpointing, rl.cfg.micro_batch_tokens, rl.cfg.lora_rank) == (False, 2048, 16)
+    unset = load_config(defaults=default_train_config(), overrides=["sft.gradient_checkpointing=null"])
+    same = build_policy(unset, False, None, warm_start=True)
+    assert isinstance(same, Actor) and same.cfg.gradient_checkpointing == unset.actor.gradient_checkpointing

@@ -44,7 +44,9 @@ def run_sft(ns: argparse.Namespace) -> int:
     console.print(f"{len(demos)} demonstrations: {json.dumps(made)}")
     check_demos(demos, made)
     (run_dir / "demos.json").write_text(json.dumps({"sources": made, "task_ids": [d.task_id for d in demos]}))
-    actor = build_actor(cfg.actor.model_copy(update={"seed": cfg.run.seed}), cfg.model.path, cfg.model.cache_dir)
+    actor = build_actor(
+        cfg.sft.actor_config(cfg.actor).model_copy(update={"seed": cfg.run.seed}), cfg.model.path, cfg.model.cache_dir
+    )
     with console.status("loading the policy"):
         actor.setup()
     try:

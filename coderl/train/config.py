@@ -283,3 +283,15 @@ class SFTConfig(Section):
     AdamW moments for the vocabulary's rows (for SmolLM2-135M 28M of 135M parameters; the main job's
     peak fell from 5.49 to 5.11 GB, its steps took as long). The RL phase trains them again unless
     LoRA freezes them anyway."""
+    gradient_checkpointing: bool | None = None
+    """The warm start's activation checkpointing; empty = actor.gradient_checkpointing. It can differ from
+    the RL phase's only where the warm start has an actor of its own: `coderl sft`, and `coderl train`
+    with a LoRA RL phase (its full-weight warm start peaks far higher than the adapters' updates)."""
+    micro_batch_tokens: int | None = Field(None, ge=1)
+    """The warm start's micro-batch size in forwarded tokens; empty = actor.micro_batch_tokens (same
+    condition as sft.gradient_checkpointing)."""
+
+    def actor_config(self, actor: ActorConfig) -> ActorConfig:
+        """``actor`` with the warm start's own checkpointing and micro-batch size where these are set."""
+        own = {"gradient_checkpointing": self.gradient_checkpointing, "micro_batch_tokens": self.micro_batch_tokens}
+        return actor.model_copy(update={k: v for k, v in own.items() if v is not None})

@@ -158,7 +158,9 @@ class Trainer:
                     f"{self.run_dir} finished its warm start but has no {self.warm_dir.name}/ (the RL phase's "
                     "base); start the run again without --resume"
                 )
-            self.actor = build_policy(self.cfg, warmed, self.warm_dir if warmed else cfg.model.path)
+            self.actor = build_policy(
+                self.cfg, warmed, self.warm_dir if warmed else cfg.model.path, warm_start=not warmed
+            )
         self.split = split = split_tasks(cfg)
         self.tasks, self.val_tasks, self.val_also_tasks = list(split.train), split.val, split.also
         if cfg.train.dev_size:
@@ -483,11 +485,13 @@ class Trainer:
         checkpoints.commit(self.run_dir, tmp, step, state, self.cfg.train.keep_checkpoints)
 
 
-def build_policy(cfg: Config, lora: bool, model_path: Path | None) -> Policy:
-    """The actor of ``cfg.actor`` on ``model_path``, with LoRA adapters or full weights."""
+def build_policy(cfg: Config, lora: bool, model_path: Path | None, warm_start: bool = False) -> Policy:
+    """The actor of ``cfg.actor`` on ``model_path``, with LoRA adapters or full weights; ``warm_start``:
+    the warm start's own (``sft.gradient_checkpointing`` and ``sft.micro_batch_tokens`` where set)."""
     update: dict[str, Any] = {"seed": cfg.run.seed} | ({} if lora else {"lora_rank": 0})
+    actor = cfg.sft.actor_config(cfg.actor) if warm_start else cfg.actor
     return build_actor(
-        cfg.actor.model_copy(update=update), model_path, cfg.model.cache_dir,
+        actor.model_copy(update=update), model_path, cfg.model.cache_dir,
         value_head=cfg.algo.advantage == "gae", cluster=cfg.cluster,
     )  # fmt: skip
 

@@ -178,6 +178,7 @@ def train_sft(
                 "model_tokens": model_tokens,
                 "nll": stats["loss"],
                 "grad_norm": stats["grad_norm"],
+                "micro_batches": int(stats["micro_batches"]),
                 "step_s": time.perf_counter() - t0,
             }
             rows.append(row)
