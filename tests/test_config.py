@@ -130,8 +130,6 @@ def test_every_field_is_documented() -> None:
         (["cluster.engine_replicas=1"], "cluster.engine_replicas"),  # replicas are Ray actors
         (["cluster.backend=ray", "cluster.engine_replicas=1", "cluster.engine_server=vllm"], "cluster.engine_server"),
         (["cluster.actor=ray"], "cluster.actor"),  # the ranks go on the Ray cluster the run joins
-        # a full-weight RL phase trains the warm start's own actor on: one checkpointing setting for both
-        (["sft.before_rl=true", "sft.data=[gold:bundled:synth]", "sft.gradient_checkpointing=true"], "sft.gradient_checkpointing"),
     ],
 )
 def test_rules_across_sections_fail_every_command_before_any_work(overrides: list[str], named: str) -> None:
@@ -149,7 +147,6 @@ def test_rules_across_sections_fail_every_command_before_any_work(overrides: lis
         "cluster.engine_replicas": ["cluster.backend=ray"],
         "cluster.engine_server": ["actor.lora_rank=4"],  # vLLM takes LoRA adapters at run time
         "cluster.actor": ["cluster.backend=ray"],
-        "sft.gradient_checkpointing": ["actor.lora_rank=4"],  # the warm start then has an actor of its own
     }[named]
     load_config(overrides=[*overrides, *fixed])  # the way out the message names works
 

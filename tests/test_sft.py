@@ -224,3 +224,18 @@ def test_the_warm_start_has_its_own_checkpointing_and_micro_batches() -> None:
     unset = load_config(defaults=default_train_config(), overrides=["sft.gradient_checkpointing=null"])
     same = build_policy(unset, False, None, warm_start=True)
     assert isinstance(same, Actor) and same.cfg.gradient_checkpointing == unset.actor.gradient_checkpointing
+
+
+def test_a_full_weight_rl_phase_names_the_warm_start_settings_it_cannot_apply() -> None:
+    from coderl.train.loop import own_settings_unused
+
+    packaged = load_config(defaults=default_train_config())  # a LoRA RL phase: the warm start has its own actor
+    assert packaged.sft.gradient_checkpointing != packaged.actor.gradient_checkpointing
+    assert own_settings_unused(packaged) == ""
+    full = load_config(defaults=default_train_config(), overrides=["actor.lora_rank=0"])
+    assert own_settings_unused(full) == "sft.gradient_checkpointing, sft.micro_batch_tokens"
+    same = load_config(
+        defaults=default_train_config(),
+        overrides=["actor.lora_rank=0", "sft.gradient_checkpointing=null", "sft.micro_batch_tokens=2048"],
+    )
+    assert own_settings_unused(same) == ""

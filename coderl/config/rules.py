@@ -89,23 +89,6 @@ def sft_before_rl_needs_data(cfg: Config) -> str | None:
     return None
 
 
-def sft_actor_needs_its_own_actor(cfg: Config) -> str | None:
-    if not cfg.sft.before_rl or cfg.actor.lora_rank > 0:
-        return None
-    pairs = {
-        "gradient_checkpointing": (cfg.sft.gradient_checkpointing, cfg.actor.gradient_checkpointing),
-        "micro_batch_tokens": (cfg.sft.micro_batch_tokens, cfg.actor.micro_batch_tokens),
-    }
-    for key, (own, actor) in pairs.items():
-        if own is not None and own != actor:
-            return (
-                f"sft.{key}: got {own} with actor.{key}={actor} and actor.lora_rank=0 "
-                "— a full-weight RL phase goes on training the warm start's actor, so the two cannot differ; leave "
-                f"sft.{key} empty, or give the RL phase LoRA adapters (actor.lora_rank > 0)"
-            )
-    return None
-
-
 def lora_sync_needs_the_servers_base(cfg: Config) -> str | None:
     if cfg.train.weight_sync == "lora" and cfg.sft.before_rl:
         return (
@@ -162,7 +145,6 @@ RULES: list[Callable[[Config], str | None]] = [
     pass_k_needs_samples,
     remote_agent_needs_a_command,
     sft_before_rl_needs_data,
-    sft_actor_needs_its_own_actor,
     lora_sync_needs_the_servers_base,
     engine_replicas_need_ray,
     ray_actor_needs_ray,

@@ -284,9 +284,10 @@ class SFTConfig(Section):
     peak fell from 5.49 to 5.11 GB, its steps took as long). The RL phase trains them again unless
     LoRA freezes them anyway."""
     gradient_checkpointing: bool | None = None
-    """The warm start's activation checkpointing; empty = actor.gradient_checkpointing. It can differ from
-    the RL phase's only where the warm start has an actor of its own: `coderl sft`, and `coderl train`
-    with a LoRA RL phase (its full-weight warm start peaks far higher than the adapters' updates)."""
+    """The warm start's activation checkpointing; empty = actor.gradient_checkpointing. It applies where
+    the warm start has an actor of its own: `coderl sft`, and `coderl train` with a LoRA RL phase (its
+    full-weight warm start peaks far higher than the adapters' updates); with actor.lora_rank=0 the warm
+    start trains the RL phase's actor, with actor.* settings (the run says so)."""
     micro_batch_tokens: int | None = Field(None, ge=1)
     """The warm start's micro-batch size in forwarded tokens; empty = actor.micro_batch_tokens (same
     condition as sft.gradient_checkpointing)."""

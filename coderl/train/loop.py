@@ -393,6 +393,12 @@ class Trainer:
         with self.console.status("making the warm start's demonstrations"):
             demos, made = await build_demos(cfg, self._chat(), self.held_out())
         check_demos(demos, made)
+        unused = own_settings_unused(cfg)
+        if unused:
+            self.console.print(
+                f"{unused}: not applied — with actor.lora_rank=0 the warm start trains the RL phase's own actor, "
+                "with its actor.* settings"
+            )
         before = read_demonstrated(cfg.model.path)  # model.path may be a warm start itself
         write_demonstrated(self.run_dir, demos, before)
         self.demonstrated = {d.task_id for d in demos} | before
@@ -494,6 +500,19 @@ def build_policy(cfg: Config, lora: bool, model_path: Path | None, warm_start: b
         actor.model_copy(update=update), model_path, cfg.model.cache_dir,
         value_head=cfg.algo.advantage == "gae", cluster=cfg.cluster,
     )  # fmt: skip
+
+
+def own_settings_unused(cfg: Config) -> str:
+    """The warm start's own actor settings (``sft.gradient_checkpointing``, ``sft.micro_batch_tokens``)
+    that ``coderl train`` cannot apply, comma-separated: with a full-weight RL phase the warm start
+    trains the RL phase's actor itself (empty when every one applies or none is set)."""
+    if cfg.actor.lora_rank > 0:
+        return ""
+    own = {
+        "sft.gradient_checkpointing": (cfg.sft.gradient_checkpointing, cfg.actor.gradient_checkpointing),
+        "sft.micro_batch_tokens": (cfg.sft.micro_batch_tokens, cfg.actor.micro_batch_tokens),
+    }
+    return ", ".join(k for k, (mine, actor) in own.items() if mine is not None and mine != actor)
 
 
 def split_tasks(cfg: Config) -> TaskSplit:
