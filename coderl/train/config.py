@@ -256,6 +256,10 @@ class TrainConfig(Section):
     """W&B project name (loggers=[wandb])."""
 
 
+SFT_ACTOR_KEYS = ("gradient_checkpointing", "micro_batch_tokens")
+"""The actor settings the warm start may set apart from the RL phase's (``sft.<key>``, empty: ``actor.<key>``)."""
+
+
 class SFTConfig(Section):
     """The supervised warm start (``coderl sft``, or before RL in ``coderl train``)."""
 
@@ -294,5 +298,5 @@ class SFTConfig(Section):
 
     def actor_config(self, actor: ActorConfig) -> ActorConfig:
         """``actor`` with the warm start's own checkpointing and micro-batch size where these are set."""
-        own = {"gradient_checkpointing": self.gradient_checkpointing, "micro_batch_tokens": self.micro_batch_tokens}
+        own = {k: getattr(self, k) for k in SFT_ACTOR_KEYS}
         return actor.model_copy(update={k: v for k, v in own.items() if v is not None})

@@ -53,6 +53,7 @@ from coderl.train import checkpoints
 from coderl.train.actor import Policy
 from coderl.train.budget import RLBudget
 from coderl.train.calibrate import calibrate
+from coderl.train.config import SFT_ACTOR_KEYS
 from coderl.train.credit import PatchCredit
 from coderl.train.curriculum import Curriculum
 from coderl.train.fanout import FanOutSync
@@ -508,11 +509,8 @@ def own_settings_unused(cfg: Config) -> str:
     trains the RL phase's actor itself (empty when every one applies or none is set)."""
     if cfg.actor.lora_rank > 0:
         return ""
-    own = {
-        "sft.gradient_checkpointing": (cfg.sft.gradient_checkpointing, cfg.actor.gradient_checkpointing),
-        "sft.micro_batch_tokens": (cfg.sft.micro_batch_tokens, cfg.actor.micro_batch_tokens),
-    }
-    return ", ".join(k for k, (mine, actor) in own.items() if mine is not None and mine != actor)
+    own = cfg.sft.actor_config(cfg.actor)
+    return ", ".join(f"sft.{k}" for k in SFT_ACTOR_KEYS if getattr(own, k) != getattr(cfg.actor, k))
 
 
 def split_tasks(cfg: Config) -> TaskSplit:
