@@ -119,7 +119,9 @@ def through_verls_client(cfg: Any) -> dict[str, Any]:
 
 
 def main(work: Path) -> dict[str, Any]:
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, namespace="coderl-test")
+    # a cluster of its own: with no address Ray joins the machine's latest one (another test's two-node
+    # cluster, running on the other pytest worker, writes itself there) and then refuses num_cpus
+    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False, namespace="coderl-test")
     try:
         cfg = load_config(
             overrides=[f"proxy.db={work / 'proxy.sqlite'}", "proxy.admin_token=ray-admin", "proxy.port=0",
