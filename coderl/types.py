@@ -35,6 +35,8 @@ class Completion:
     """The stop string (``SamplingParams.stop``) that ended the request, if one did."""
     replica: str = ""
     """Which engine replica served it (set by the router and HTTP clients)."""
+    departed: bool = False
+    """The text left ``SamplingParams.expect_name`` at its last token, which ended the request."""
     token_versions: list[int] = field(default_factory=list)
     """Per sampled token, the policy version that sampled it, where it differs within the request (an
     update interrupted it, ``engine.update_mode=interrupt``); empty = ``policy_version`` for every token."""

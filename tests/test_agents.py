@@ -16,6 +16,7 @@ from coderl.chat import ChatFormat
 from coderl.engine.base import Engine
 from coderl.engine.params import SamplingParams
 from coderl.engine.scripted import ScriptedEngine, scripted_logprobs
+from coderl.engine.stops import name_verdict
 from coderl.errors import AgentError
 from coderl.sandbox import SandboxSpec, create_sandbox
 from coderl.tasks import grade, load_tasks
@@ -38,7 +39,7 @@ def task(tmp_path: Path) -> Task:
     return load_tasks(f"native:{make_native(tmp_path)}")[0]
 
 
-def ctx_for(engine: Engine, tokenizer: Any, **limits: int) -> AgentContext:
+def ctx_for(engine: Engine, tokenizer: Any, **limits: Any) -> AgentContext:
     async def make_sandbox(t: Task, *, warm: bool = False):  # type: ignore[no-untyped-def]
         return await create_sandbox(SandboxSpec(workspace=t.repo, workdir=t.workdir), warm=warm)
 
@@ -248,6 +249,41 @@ async def test_response_prefix_is_written_by_the_environment(task: Task, tokeniz
 def xml_call(tool: str, **args: str) -> str:
     body = "".join(f"<parameter={k}>\n{v}\n</parameter>\n" for k, v in args.items())
     return f"<tool_call>\n<function={tool}>\n{body}</function>\n</tool_call>"
+
+
+async def test_a_wrong_tool_name_stops_the_reply_there_when_that_error_ends_the_rollout(
+    task: Task, tokenizer: Any
+) -> None:
+    """rollout.cut_wrong_tool_names: the environment writes `<function=`, and with one format error
+    left the engine is asked to stop a reply at the token where its tool name goes wrong (what follows
+    cannot change the outcome); with errors to spare, or the setting off, the reply runs on."""
+    wrong = "testing_calc>\n<parameter=x>\n1\n</parameter>\n</function>\n</tool_call>"
+    submit = "submit>\n</function>\n</tool_call>"
+
+    async def run_with(replies: list[str], **limits: Any) -> tuple[Any, ScriptedEngine]:
+        engine = ScriptedChatEngine(tokenizer, replies)
+        ctx = ctx_for(engine, tokenizer, **limits)
+        ctx.chat, ctx.response_prefix = ChatFormat(tokenizer, "xml"), "<tool_call>\n<function="
+        return await get_loop("swe").run(task, ctx), engine
+
+    traj, engine = await run_with([wrong], max_format_errors=1)
+    expect = engine.calls[0].params.expect_name
+    assert expect is not None and "submit" in expect.names and "testing_calc" not in expect.names
+    ids = tokenizer.encode(wrong, add_special_tokens=False)
+    texts = [tokenizer.decode(ids[:n]) for n in range(1, len(ids) + 1)]
+    k = next(n for n, t in enumerate(texts, start=1) if name_verdict(t, expect) == "departed")
+    model = [t for t, m in zip(traj.response_ids, traj.response_mask, strict=True) if m]
+    assert model == ids[:k] and k < len(ids) // 2  # cut where the name went wrong, that token kept
+    assert traj.exit_status == "format_limit" and traj.metrics["tool_name_cuts"] == 1
+    assert_token_exact(traj, engine)
+    # errors to spare: the first reply runs on (the model reads the error); the last chance is watched
+    traj, engine = await run_with([wrong, submit], max_format_errors=2)
+    assert [c.params.expect_name is not None for c in engine.calls] == [False, True]
+    assert traj.exit_status == "submitted" and traj.metrics["tool_name_cuts"] == 0
+    assert "there is no tool 'testing_calc'" in tokenizer.decode(traj.response_ids)
+    traj, engine = await run_with([wrong], max_format_errors=1, cut_wrong_tool_names=False)
+    assert engine.calls[0].params.expect_name is None and traj.metrics["tool_name_cuts"] == 0
+    assert traj.exit_status == "format_limit" and "</tool_call>" in tokenizer.decode(traj.response_ids)
 
 
 async def test_symbol_tools_show_and_replace_whole_functions(task: Task, tokenizer: Any) -> None:

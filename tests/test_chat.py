@@ -9,6 +9,9 @@ from typing import Any
 import pytest
 
 from coderl.chat import ChatFormat, parse_completion
+from coderl.chat.parse import opens_tool_name
+from coderl.engine.params import ExpectName
+from coderl.engine.stops import name_verdict
 from coderl.errors import ChatError
 
 TOOLS = [
@@ -271,3 +274,38 @@ def test_xml_format_shows_and_renders_calls_as_xml(tokenizer: Any) -> None:
     assert '{"name": "view", "arguments"' not in text
     parsed = chat.parse(chat.encode(text.split("<|im_start|>assistant\n")[-1]))
     assert parsed.tool_calls[0].arguments == {"path": "a.py"}
+
+
+@pytest.mark.parametrize(
+    ("reply", "wrong"),
+    [
+        ("submit>\n</function>\n</tool_call>", False),
+        (" submit\t>\n</function>\n</tool_call>", False),
+        ("show_function>\n<parameter=name>\nf\n</parameter>\n</function>\n</tool_call>", False),
+        ("submitted>\n</function>\n</tool_call>", True),
+        ("sub mit>\n</function>\n</tool_call>", True),
+        ("submit\n>\n</function>\n</tool_call>", True),
+        ("test_show_function>\n</function>\n</tool_call>", True),
+        ("show_function x>\n</function>\n</tool_call>", True),
+        (">\n</function>\n</tool_call>", True),
+    ],
+)
+def test_a_tool_name_goes_wrong_exactly_where_the_xml_parser_would_find_no_offered_tool(
+    reply: str, wrong: bool
+) -> None:
+    """The engine's name check (SamplingParams.expect_name) departs on some prefix of a reply iff
+    the parser reads its first call as no offered tool; once it decides, longer prefixes agree."""
+    expect = ExpectName(names=["show_function", "submit"])
+    verdicts = [name_verdict(reply[:n], expect) for n in range(1, len(reply) + 1)]
+    decided = [v for v in verdicts if v != "pending"]
+    assert decided and set(decided) == {"departed" if wrong else "met"}
+    parsed = parse_completion("<tool_call>\n<function=" + reply, "xml")
+    offered = not parsed.errors and parsed.tool_calls[0].name in expect.names
+    assert offered is not wrong
+
+
+def test_only_a_prefix_ending_at_the_first_calls_function_name_leaves_the_name_to_the_model() -> None:
+    assert opens_tool_name("<tool_call>\n<function=", "xml") and opens_tool_name("<tool_call><function=", "auto")
+    assert not opens_tool_name("<tool_call>\n<function=", "hermes")  # hermes reads JSON in the block
+    assert not opens_tool_name("<tool_call>\n", "xml") and not opens_tool_name("", "xml")
+    assert not opens_tool_name("<tool_call>\n<function=submit>\n</function>\n</tool_call>\n<tool_call>\n<function=", "xml")

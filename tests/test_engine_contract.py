@@ -21,8 +21,10 @@ from coderl.config import EngineConfig, ProxyConfig, RelayWorkerConfig
 from coderl.engine import SamplingParams, create_engine
 from coderl.engine.base import BorrowedEngine, Engine
 from coderl.engine.embedded import EmbeddedEngine
+from coderl.engine.params import ExpectName
 from coderl.engine.scripted import ScriptedEngine
 from coderl.engine.server import create_app as engine_app
+from coderl.engine.stops import name_verdict
 from coderl.loopback import serve_in_loop
 from tests.conftest import hf_logprobs
 
@@ -129,6 +131,28 @@ async def test_a_stop_string_ends_generation_at_the_token_that_completes_it(
     assert c.token_ids == full[:k] and len(c.logprobs) == k < 24  # ended there, the completing token kept
     if kind in MODEL_ENGINES:  # the engine stopped: it sampled no token past the stop
         assert engine.stats()["generated_tokens"] - generated == k
+
+
+async def test_a_reply_whose_tool_name_goes_wrong_ends_at_that_token_where_the_engine_checks_names(
+    subject: tuple[str, Engine], engine: EmbeddedEngine, tokenizer: Any, chat_prompts: list[list[int]]
+) -> None:
+    kind, eng = subject
+    if kind == "scripted":
+        eng = ScriptedEngine(["def square(x):\n    return x * x\n"] * 2, tokenizer)
+    params = SamplingParams(max_tokens=16, temperature=0.0)
+    full = (await eng.generate(chat_prompts[1], params)).token_ids
+    expect = ExpectName(names=["zzz_tool"])
+    texts = [str(tokenizer.decode(full[:n], skip_special_tokens=True)) for n in range(1, len(full) + 1)]
+    k = next(n for n, t in enumerate(texts, start=1) if name_verdict(t, expect) == "departed")
+    generated = engine.stats()["generated_tokens"]
+    c = await eng.generate(chat_prompts[1], params.model_copy(update={"expect_name": expect}))
+    if kind in ("embedded", "scripted", "relay"):  # engines that check names (the relay's worker is one)
+        assert c.departed and c.finish_reason == "stop" and c.stop_str is None
+        assert c.token_ids == full[:k] and len(c.logprobs) == k < 16  # the departing token kept
+        if kind != "scripted":
+            assert engine.stats()["generated_tokens"] - generated == k  # sampled nothing past it
+    else:  # over HTTP the reply runs on: the caller's parser finds the same wrong name
+        assert not c.departed and c.token_ids == full
 
 
 async def test_streamed_ids_are_the_completion_in_order(

@@ -33,6 +33,10 @@ class AgentLimits:
     """Tool output beyond this is cut, with a note saying so."""
     max_format_errors: int | None = None
     """Format errors after which a tool loop ends the trajectory (exit status format_limit); None = no limit."""
+    cut_wrong_tool_names: bool = True
+    """Where a reply's first tool name is the model's to write (the response prefix ends with
+    ``<function=``) and one more format error ends the trajectory, the engine stops the reply at the
+    first token after which no offered tool's name can follow (``SamplingParams.expect_name``)."""
 
 
 @dataclass

@@ -4,7 +4,10 @@ Each turn: sample from the engine on exactly ``prompt + response so far``; parse
 them; append their results in token space (mask 0). A malformed call, or a turn without any call,
 gets a short corrective message (counted as a format error). The rollout ends when a tool that ends
 the episode is called (``submitted``) or a limit hits (``step_limit``, ``token_limit``,
-``context_limit``); either way the patch is collected.
+``context_limit``, ``format_limit``); either way the patch is collected. Where the response prefix
+leaves the first tool name to the model and one more format error would end the rollout, a reply
+whose name goes wrong stops at that token (``AgentLimits.cut_wrong_tool_names``): what follows could
+not change the outcome, and an untrained model would otherwise ramble on to ``max_tokens``.
 """
 
 from __future__ import annotations
@@ -14,10 +17,12 @@ import time
 import uuid
 from typing import Any
 
-from coderl.agents.base import AgentContext, AgentLoop
+from coderl.agents.base import AgentContext, AgentLimits, AgentLoop
 from coderl.agents.tools import Tool, params, truncate
 from coderl.agents.trajectory import TrajectoryBuilder
+from coderl.chat.parse import opens_tool_name
 from coderl.chat.tools import Message
+from coderl.engine.params import ExpectName
 from coderl.errors import AgentError, EngineError
 from coderl.types import Task, Trajectory
 
@@ -111,6 +116,7 @@ class ToolLoop(AgentLoop):
     ) -> str:
         lim = ctx.limits
         prefix = ctx.chat.encode(ctx.response_prefix) if ctx.response_prefix else []
+        names_next = lim.cut_wrong_tool_names and opens_tool_name(ctx.response_prefix, ctx.chat.tool_format)
         guide = ctx.guide
         for turn in range(lim.max_turns):
             if len(b.context) + len(prefix) >= lim.max_context_tokens:
@@ -125,9 +131,10 @@ class ToolLoop(AgentLoop):
             ids = written
             if by_model:
                 room = lim.max_context_tokens - len(b.context)
-                sampling = ctx.sampling.model_copy(
-                    update={"max_tokens": max(1, min(ctx.sampling.max_tokens, room))}
-                )
+                update: dict[str, Any] = {"max_tokens": max(1, min(ctx.sampling.max_tokens, room))}
+                if not written and _last_chance(lim, b.format_errors) and names_next:
+                    update["expect_name"] = ExpectName(names=list(tools))  # a wrong name ends it: stop there
+                sampling = ctx.sampling.model_copy(update=update)
                 ids = written + (await b.sample(ctx.engine, sampling, session)).token_ids
             engine_time = b.engine_s - engine_before
             tool_time = 0.0
@@ -173,3 +180,8 @@ class ToolLoop(AgentLoop):
             b.sandbox_s += tool_time
             b.turn_overheads.append(time.perf_counter() - turn_start - engine_time - tool_time)
         return "step_limit"
+
+
+def _last_chance(lim: AgentLimits, format_errors: int) -> bool:
+    """One more format error ends the trajectory (``max_format_errors``)."""
+    return lim.max_format_errors is not None and format_errors + 1 >= lim.max_format_errors

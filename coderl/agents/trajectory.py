@@ -23,6 +23,8 @@ class TrajectoryBuilder:
         self.format_errors = 0
         self.truncated_turns = 0
         """Model turns the engine cut at their ``max_tokens`` (finish reason ``length``)."""
+        self.tool_name_cuts = 0
+        """Model turns the engine ended where their tool name went wrong (``Completion.departed``)."""
         self.guided_tokens = 0
         """Tokens of a demonstration the environment wrote in the model's place (a guided sample)."""
         self.engine_s = 0.0
@@ -54,6 +56,7 @@ class TrajectoryBuilder:
         t.token_versions += completion.token_versions or [completion.policy_version] * len(completion.token_ids)
         t.num_turns += 1
         self.truncated_turns += completion.finish_reason == "length"
+        self.tool_name_cuts += completion.departed
         self.policy_versions.append(completion.policy_version)
 
     def add_env(self, ids: list[int]) -> None:
@@ -78,6 +81,7 @@ class TrajectoryBuilder:
                 "env_tokens": float(len(t.response_ids) - model_tokens),
                 "format_errors": float(self.format_errors),
                 "truncated_turns": float(self.truncated_turns),
+                "tool_name_cuts": float(self.tool_name_cuts),
                 "guided_tokens": float(self.guided_tokens),
                 "tool_calls": float(sum(self.tool_calls.values())),
                 "engine_s": self.engine_s,

@@ -51,6 +51,15 @@ class ParsedCompletion:
     """Format errors, each naming the bad text and the expected form."""
 
 
+def opens_tool_name(prefix: str, fmt: ToolFormat) -> bool:
+    """Whether a reply that ``prefix`` opens goes on with its first tool call's name: ``prefix`` ends
+    with that call's ``<function=`` (format xml, or auto, which reads such a call as xml)."""
+    if fmt not in ("xml", "auto"):
+        return False
+    before, tag, call = prefix.rpartition("<tool_call>")
+    return bool(tag) and "<tool_call>" not in before and call.lstrip() == "<function="
+
+
 def parse_completion(text: str, fmt: ToolFormat = "auto", id_prefix: str = "call") -> ParsedCompletion:
     """Split ``text`` into content and tool calls in format ``fmt``."""
     if fmt in ("hermes", "xml") or (fmt == "auto" and "<tool_call>" in text):

@@ -37,7 +37,7 @@ from coderl.engine.kv_cache import KVRows, PrefixCache, SequenceKV, copy_prefix
 from coderl.engine.params import SamplingParams
 from coderl.engine.runner import Chunk, DecodeStep, ModelRunner
 from coderl.engine.sampler import SampleRequest, sample, verify_draft
-from coderl.engine.stops import StopWatch
+from coderl.engine.stops import NameWatch, StopWatch
 from coderl.engine.weights import load_weights
 from coderl.errors import EngineError, EngineUnavailableError, PromptTooLongError
 from coderl.threads import in_own_thread, release_free_memory
@@ -76,6 +76,7 @@ class _Request:
     stop_ids: frozenset[int]
     max_new: int
     stops: StopWatch | None
+    names: NameWatch | None
     sink: TokenSink | None
     submitted: float
     kv: SequenceKV | None = None
@@ -314,6 +315,7 @@ class EmbeddedEngine(Engine):
                 stop_ids=stop_ids,
                 max_new=min(params.max_tokens, self.max_model_len - len(prompt_ids)),
                 stops=StopWatch(self._decode, params.stop) if params.stop else None,
+                names=NameWatch(self._decode, params.expect_name) if params.expect_name else None,
                 sink=sink,
                 submitted=time.perf_counter(),
             )
@@ -614,16 +616,19 @@ class EmbeddedEngine(Engine):
                 with contextlib.suppress(RuntimeError):  # the caller's loop is closed: nobody listens
                     req.loop.call_soon_threadsafe(req.sink, [tok], [lp])
             reason: tuple[str, int | None, str | None] | None = None
+            departed = False
             if tok in req.stop_ids:
                 reason = ("stop", tok, None)
             elif req.stops is not None and (hit := req.stops.check(req.output)) is not None:
                 reason = ("stop", None, hit)
+            elif req.names is not None and req.names.check(req.output):
+                reason, departed = ("stop", None, None), True
             elif len(req.output) >= req.max_new:
                 reason = ("length", None, None)
             if reason is not None:
                 req.kv.truncate(min(req.kv.length, len(req.prompt) + len(req.output) - 1))
                 self._running.remove(req)
-                self._finish(req, reason[0], stop_token=reason[1], stop_str=reason[2])
+                self._finish(req, reason[0], stop_token=reason[1], stop_str=reason[2], departed=departed)
                 return
         # a rejected draft's tail was written to the cache: forget it (the last token is pending)
         req.kv.truncate(min(req.kv.length, len(req.prompt) + len(req.output) - 1))
@@ -632,7 +637,12 @@ class EmbeddedEngine(Engine):
         return str(self.tokenizer.decode(ids, skip_special_tokens=True))
 
     def _finish(
-        self, req: _Request, reason: str, stop_token: int | None = None, stop_str: str | None = None
+        self,
+        req: _Request,
+        reason: str,
+        stop_token: int | None = None,
+        stop_str: str | None = None,
+        departed: bool = False,
     ) -> None:
         kv, req.kv = req.kv, None
         keep = kv is not None and bool(req.session_id) and reason != "abort" and self._prefix.enabled
@@ -654,6 +664,7 @@ class EmbeddedEngine(Engine):
             latency_s=now - req.submitted,
             stop_token_id=stop_token,
             stop_str=stop_str,
+            departed=departed,
             replica=self.name,
             token_versions=list(req.versions) if len(set(req.versions)) > 1 else [],
         )

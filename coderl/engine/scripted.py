@@ -25,7 +25,7 @@ from typing import Any
 
 from coderl.engine.base import Engine, TokenSink
 from coderl.engine.params import SamplingParams
-from coderl.engine.stops import StopWatch
+from coderl.engine.stops import NameWatch, StopWatch
 from coderl.errors import EngineError, EngineUnavailableError
 from coderl.types import Completion, FinishReason
 
@@ -129,18 +129,28 @@ class ScriptedEngine(Engine):
             self.running -= 1
         ids = self._ids(reply, list(prompt_ids), params)[: params.max_tokens]
         stop_str = None
-        if params.stop:  # as an engine does: end at the token that completes a stop string
+        departed = False
+        if params.stop or params.expect_name:  # as an engine does: end at the token that ends it
             if self.tokenizer is None:
-                raise EngineError("stop strings need the scripted engine's tokenizer to read its replies")
-            watch = StopWatch(lambda t: str(self.tokenizer.decode(t, skip_special_tokens=True)), params.stop)
+                raise EngineError("stop strings and expect_name need the scripted engine's tokenizer to read its replies")
+            tokenizer = self.tokenizer
+
+            def decode(t: list[int]) -> str:
+                return str(tokenizer.decode(t, skip_special_tokens=True))
+
+            watch = StopWatch(decode, params.stop)
+            names = NameWatch(decode, params.expect_name) if params.expect_name else None
             for n in range(1, len(ids) + 1):
                 stop_str = watch.check(ids[:n])
-                if stop_str is not None:
+                departed = stop_str is None and names is not None and names.check(ids[:n])
+                if stop_str is not None or departed:
                     ids = ids[:n]
                     break
         ended = bool(ids) and self.end_id is not None and ids[-1] == self.end_id
         finish: FinishReason = (
-            "length" if stop_str is None and not ended and len(ids) == params.max_tokens else "stop"
+            "length"
+            if stop_str is None and not departed and not ended and len(ids) == params.max_tokens
+            else "stop"
         )
         return Completion(
             ids,
@@ -150,6 +160,7 @@ class ScriptedEngine(Engine):
             prompt_tokens=len(prompt_ids),
             replica=self.name,
             stop_str=stop_str,
+            departed=departed,
         )
 
     async def generate_streaming(

@@ -15,6 +15,9 @@ agent did not see.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Literal
+
+from coderl.engine.params import ExpectName
 
 Decode = Callable[[list[int]], str]
 
@@ -75,3 +78,43 @@ def cut_at_stop(decode: Decode, ids: list[int], stops: Sequence[str]) -> tuple[i
         else:
             hi = mid - 1
     return lo, decode(ids[:lo]), stop
+
+
+NameVerdict = Literal["met", "departed", "pending"]
+
+NAME_WINDOW = 48
+"""Tokens over which :class:`NameWatch` looks: a name still pending after them (spaces, say) is left
+to the caller's parser."""
+
+
+def name_verdict(text: str, expect: ExpectName) -> NameVerdict:
+    """Whether ``text`` opens with one of ``expect.names`` then ``expect.end`` (met), never can
+    (departed), or may yet (pending). As Qwen3-Coder's XML parser reads ``<function=NAME>``: the name
+    is the text before ``end``, less the white space around it, with no line break in it."""
+    cut = text.find(expect.end)
+    head = text if cut < 0 else text[:cut]
+    name = head.strip()
+    if "\n" in head:
+        return "departed"
+    if cut >= 0:
+        return "met" if name in expect.names else "departed"
+    if name and head.rstrip() != head:  # a space after the name: only end may follow it
+        return "pending" if name in expect.names else "departed"
+    return "pending" if any(n.startswith(name) for n in expect.names) else "departed"
+
+
+class NameWatch:
+    """Checks a growing completion against ``expect`` (:func:`name_verdict`) until it is met, departs,
+    or runs past :data:`NAME_WINDOW` tokens; :meth:`check` answers True at the token that departs."""
+
+    def __init__(self, decode: Decode, expect: ExpectName) -> None:
+        self.decode = decode
+        self.expect = expect
+        self.done = False
+
+    def check(self, ids: list[int]) -> bool:
+        if self.done or not ids:
+            return False
+        verdict = name_verdict(self.decode(ids), self.expect)
+        self.done = verdict != "pending" or len(ids) >= NAME_WINDOW
+        return verdict == "departed"

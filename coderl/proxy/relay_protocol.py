@@ -114,6 +114,7 @@ class Result(_Frame):
     latency_s: float = 0.0
     stop_token_id: int | None = None
     stop_str: str | None = None
+    departed: bool = False
 
     @model_validator(mode="after")
     def _aligned(self) -> Result:
@@ -134,6 +135,7 @@ class Result(_Frame):
             latency_s=c.latency_s,
             stop_token_id=c.stop_token_id,
             stop_str=c.stop_str,
+            departed=c.departed,
         )
 
     def completion(self, replica: str) -> Completion:
@@ -148,6 +150,7 @@ class Result(_Frame):
             latency_s=self.latency_s,
             stop_token_id=self.stop_token_id,
             stop_str=self.stop_str,
+            departed=self.departed,
             replica=replica,
         )
 

@@ -29,6 +29,12 @@ class RolloutConfig(Section):
     """End a trajectory at its Nth format error (a turn without a tool call, a call that does not
     parse, an unknown tool, arguments its tool rejects), exit status format_limit; empty = no limit
     (each error is answered and the loop goes on, up to max_turns)."""
+    cut_wrong_tool_names: bool = True
+    """Where the response prefix leaves a reply's first tool name to the model (it ends with
+    `<function=`, tool format xml or auto) and one more format error ends the trajectory
+    (max_format_errors), the embedded engine stops the reply at the first token after which no offered
+    tool's name can follow: the rest could not change the outcome (trajectory metric tool_name_cuts).
+    Servers reached over HTTP generate the whole reply. false = every reply runs to its end."""
     max_tool_output_chars: int = Field(4000, ge=100)
     """Tool output beyond this is cut with a note."""
     response_prefix: str = ""

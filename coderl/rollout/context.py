@@ -46,6 +46,7 @@ class ContextFactory:
             rollout.max_context_tokens,
             rollout.max_tool_output_chars,
             rollout.max_format_errors,
+            cut_wrong_tool_names=rollout.cut_wrong_tool_names,
         )
 
     def with_temperature(self, temperature: float) -> ContextFactory:
