@@ -69,6 +69,7 @@ def test_the_gpu_recipe_is_the_main_jobs_with_a_larger_rl_budget() -> None:
     per_step = gpu.train.tasks_per_step * gpu.train.group_size
     assert per_step >= 4 * cpu.train.tasks_per_step * cpu.train.group_size and gpu.train.rl_minutes
     assert gpu.rollout.max_sandboxes >= per_step and gpu.engine.max_batch_size >= per_step
+    assert (cpu.train.mode, gpu.train.mode) == ("async", "sync")  # the GPU's as measured there
 
 
 @pytest.mark.slow
