@@ -44,7 +44,7 @@ TRAIN = [
     "cluster.actor_resources={rank_slot: 1}", "cluster.actor_placement=STRICT_SPREAD",
     # not the main job's RL recipe: full float32 weights (the sharded actor's), every step an update
     "actor.lora_rank=0", "actor.dtype=float32", "model.dtype=float32", "train.calibrate_tasks=0",
-    "algo.dynamic_sampling=false",
+    "algo.dynamic_sampling=false", "train.mode=sync",  # each step samples from the weights it follows
 ]  # fmt: skip
 RANKS = ClusterConfig(
     backend="ray", actor="ray", actor_cpus=0, actor_resources={"rank_slot": 1}, actor_placement="STRICT_SPREAD"

@@ -25,7 +25,7 @@ RUN = [
     "train.tasks_per_step=2", "train.group_size=4", "rollout.agent=single_turn", "rollout.tools=null",
     "rollout.max_tokens=48", "rollout.temperature=1.0", "actor.micro_batch_tokens=128", "actor.lr=1e-5",
     "train.calibrate_tasks=0", "train.curriculum=none", "algo.dynamic_sampling=false", "actor.lora_rank=0",
-    "actor.dtype=float32", "model.dtype=float32", "train.val_sampled=0",
+    "actor.dtype=float32", "model.dtype=float32", "train.val_sampled=0", "train.mode=sync",
 ]  # fmt: skip
 
 
@@ -89,3 +89,27 @@ def test_ctrl_c_stops_the_run_in_seconds_and_resume_goes_on(tmp_path: Path, boxe
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     rows = checkpoints.read_metrics(run / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1]  # the step once: not lost to an interrupt, not twice
+
+
+def test_ctrl_c_in_an_async_run_with_rollouts_under_way_stops_it_and_resume_goes_on(
+    tmp_path: Path, boxes: Path
+) -> None:
+    """train.mode=async (the main job's): Ctrl-C while the actor updates step 1 and the producer rolls
+    out step 2's groups; --resume then finishes both steps, each once."""
+    run = tmp_path / "run"
+    env = {**os.environ, "CODERL_PROGRESS_EVERY": "0.2", "CODERL_SANDBOX_DIR": str(boxes), "PYTHONUNBUFFERED": "1"}
+    args = [*RUN, "train.mode=async", "train.steps=2", f"run.dir={run}"]
+    log = tmp_path / "run.log"
+    code, took = _interrupt(args, env, log, r"step 1 update: ")
+    text = log.read_text()
+    assert code == 130, text[-3000:]
+    assert "coderl: interrupted" in text and "terminate called" not in text and "never retrieved" not in text
+    assert took < 20, f"{took:.1f} s from Ctrl-C to exit"
+    assert not [m for m in _mounts(boxes) if "/ws/" in m], _mounts(boxes)  # no workspace left mounted
+    done = subprocess.run(
+        [sys.executable, "-m", "coderl", "train", "--resume", str(run)],
+        capture_output=True, text=True, env=env, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert [r["step"] for r in checkpoints.read_metrics(run / "metrics.jsonl")] == [1, 2]
+

@@ -40,6 +40,7 @@ SMALL = [
     "actor.dtype=float32",
     "model.dtype=float32",
     "train.val_sampled=0",
+    "train.mode=sync",  # each step samples from the weights the step before it made
 ]
 REQUIRED = ("step", "reward_mean", "pass_rate", "no_change_share", "fix_plus_edits_share", "logprob_mismatch", "kl", "entropy", "grad_norm", "stage_s")
 
