@@ -284,6 +284,12 @@ async def test_a_wrong_tool_name_stops_the_reply_there_when_that_error_ends_the_
     traj, engine = await run_with([wrong], max_format_errors=1, cut_wrong_tool_names=False)
     assert engine.calls[0].params.expect_name is None and traj.metrics["tool_name_cuts"] == 0
     assert traj.exit_status == "format_limit" and "</tool_call>" in tokenizer.decode(traj.response_ids)
+    # a malformed first block voids the turn's action, so a later call in the same reply (which the
+    # cut would never reach) does not run either: cut or not, the outcome is the same
+    later = "testing>\n</function>\n</tool_call>\n<tool_call>\n" + xml_call("submit").removeprefix("<tool_call>\n")
+    for cut in (True, False):
+        traj, _ = await run_with([later], max_format_errors=1, cut_wrong_tool_names=cut)
+        assert traj.exit_status == "format_limit" and traj.metrics["tool_name_cuts"] == int(cut)
 
 
 async def test_symbol_tools_show_and_replace_whole_functions(task: Task, tokenizer: Any) -> None:

@@ -302,6 +302,9 @@ def test_a_tool_name_goes_wrong_exactly_where_the_xml_parser_would_find_no_offer
     parsed = parse_completion("<tool_call>\n<function=" + reply, "xml")
     offered = not parsed.errors and parsed.tool_calls[0].name in expect.names
     assert offered is not wrong
+    # a character whose bytes are split across tokens decodes as U+FFFD until its last byte comes
+    assert name_verdict("submit\ufffd", expect) == "pending" == name_verdict("\ufffd", expect)
+    assert name_verdict("submit\u2003>", expect) == "met"  # str.strip() takes a wide space, as the parser does
 
 
 def test_only_a_prefix_ending_at_the_first_calls_function_name_leaves_the_name_to_the_model() -> None:

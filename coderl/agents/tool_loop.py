@@ -1,7 +1,8 @@
 """``tool``: a generic function-calling loop over :class:`~coderl.agents.tools.Tool` functions.
 
 Each turn: sample from the engine on exactly ``prompt + response so far``; parse tool calls; run
-them; append their results in token space (mask 0). A malformed call, or a turn without any call,
+the first (one action per turn; none when the reply's first call block is malformed); append the
+results in token space (mask 0). A malformed call, or a turn without any call,
 gets a short corrective message (counted as a format error). The rollout ends when a tool that ends
 the episode is called (``submitted``) or a limit hits (``step_limit``, ``token_limit``,
 ``context_limit``, ``format_limit``); either way the patch is collected. Where the response prefix
@@ -149,7 +150,9 @@ class ToolLoop(AgentLoop):
             if not parsed.tool_calls and not parsed.errors:
                 b.format_errors += 1
                 replies.append({"role": "user", "content": NO_CALL})
-            for call in parsed.tool_calls[:1]:  # one action per turn keeps the loop simple to follow
+            # one action per turn keeps the loop simple to follow: the reply's first call block, and
+            # none when that block is malformed (then the name check's cut changes no outcome)
+            for call in [] if parsed.first_failed else parsed.tool_calls[:1]:
                 tool = tools.get(call.name)
                 if by_model:  # a call the environment wrote for a guided sample is not the model's
                     b.tool_calls[call.name] += 1

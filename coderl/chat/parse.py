@@ -49,6 +49,8 @@ class ParsedCompletion:
     tool_calls: list[ToolCall] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     """Format errors, each naming the bad text and the expected form."""
+    first_failed: bool = False
+    """The first ``<tool_call>`` block did not parse: the reply's first action is malformed."""
 
 
 def opens_tool_name(prefix: str, fmt: ToolFormat) -> bool:
@@ -78,6 +80,7 @@ def _parse_hermes(text: str, xml: str = "auto") -> ParsedCompletion:
     first characters (auto)."""
     calls: list[ToolCall] = []
     errors: list[str] = []
+    first_failed = False
     for n, match in enumerate(_HERMES.finditer(text), start=1):
         body = match.group(1).strip()
         unterminated = not match.group(0).endswith("</tool_call>")
@@ -89,8 +92,9 @@ def _parse_hermes(text: str, xml: str = "auto") -> ParsedCompletion:
             calls.append(call)
         if error:
             errors.append(error + (" (the closing </tool_call> tag is missing)" if unterminated else ""))
+        first_failed = first_failed or (n == 1 and call is None)
     content = _HERMES.sub("", text).strip()
-    return ParsedCompletion(content, calls, errors)
+    return ParsedCompletion(content, calls, errors, first_failed)
 
 
 def _parse_json(text: str) -> ParsedCompletion:

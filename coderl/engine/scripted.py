@@ -130,9 +130,9 @@ class ScriptedEngine(Engine):
         ids = self._ids(reply, list(prompt_ids), params)[: params.max_tokens]
         stop_str = None
         departed = False
-        if params.stop or params.expect_name:  # as an engine does: end at the token that ends it
-            if self.tokenizer is None:
-                raise EngineError("stop strings and expect_name need the scripted engine's tokenizer to read its replies")
+        if params.stop or (params.expect_name and self.tokenizer is not None):  # as an engine does
+            if self.tokenizer is None:  # expect_name is only a saving: without a tokenizer, not checked
+                raise EngineError("stop strings need the scripted engine's tokenizer to read its replies")
             tokenizer = self.tokenizer
 
             def decode(t: list[int]) -> str:

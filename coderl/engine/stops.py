@@ -91,6 +91,8 @@ def name_verdict(text: str, expect: ExpectName) -> NameVerdict:
     """Whether ``text`` opens with one of ``expect.names`` then ``expect.end`` (met), never can
     (departed), or may yet (pending). As Qwen3-Coder's XML parser reads ``<function=NAME>``: the name
     is the text before ``end``, less the white space around it, with no line break in it."""
+    if text.endswith("\ufffd"):  # a character's bytes split across tokens: the next ones finish it
+        return "pending"
     cut = text.find(expect.end)
     head = text if cut < 0 else text[:cut]
     name = head.strip()
