@@ -63,7 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Train the policy with RL. The packaged defaults run (coderl/configs/"
         "train.yaml: SmolLM2-135M, swe agent with the symbol tools, bundled:synth?bug_in=callee with 24 "
         "held-out tasks, a supervised warm start on gold demonstrations, then 8 GRPO steps of 2 tasks x 8 "
-        "samples with LoRA, on tasks a calibration pass found at the policy's edge); a config file's keys "
+        "samples with LoRA, asynchronous (rollouts of the next step while the actor updates), on tasks a "
+        "calibration pass found at the policy's edge); a config file's keys "
         "and the overrides change only what they name. --bare starts from the built-in defaults instead.",
     )
     _config_args(p)
