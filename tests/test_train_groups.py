@@ -5,6 +5,7 @@ in a group where no row counts, and got reward / epsilon ~ 1e6)."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 import itertools
 from pathlib import Path
@@ -21,8 +22,11 @@ from coderl.chat import ChatFormat
 from coderl.config import Config, load_config
 from coderl.engine.scripted import ScriptedEngine
 from coderl.rollout.context import ContextFactory
+from coderl.rollout.runner import RolloutResult
+from coderl.rollout.store import TrajectoryStore
 from coderl.tasks import load_tasks
 from coderl.train.batch import build_batch, sequences_of
+from coderl.train.credit import PatchCredit
 from coderl.train.curriculum import Curriculum
 from coderl.train.ledger import SampledLedger
 from coderl.train.loop import Trainer
@@ -101,3 +105,44 @@ async def test_every_sequence_of_a_rollout_gets_its_counted_rows_advantage(
             assert got == pytest.approx([expected] * len(got), abs=1e-6), advantage
         solved, failed = float(adv[0][mask[0] > 0][0]), float(adv[2][mask[2] > 0][0])
         assert solved > 0 > failed, advantage  # the rewarded rollout is pushed up, its part with it
+
+
+class StepsCredit(PatchCredit):
+    """The patch credit, recording the RL step each batch of results was credited at."""
+
+    def __init__(self) -> None:
+        super().__init__(0.3, 8, {})
+        self.credited_at: list[int] = []
+
+    def apply(self, results: list[RolloutResult], step: int) -> None:
+        self.credited_at.append(step)
+        super().apply(results, step)
+
+
+async def test_async_groups_are_credited_at_the_step_that_trains_them_and_none_roll_after_the_last(
+    tmp_path: Path, tokenizer: object
+) -> None:
+    """train.mode=async: a group that finished while step 1 updated is credited at step 2, which
+    trains it (its coefficient is step 2's); once the last step has its groups the producer stops, so
+    nothing rolls out beside the last validation."""
+    overrides = [
+        "rollout.agent=tests.test_train_groups:PartsLoop", "rollout.max_tokens=3", "train.group_size=2",
+        "train.tasks_per_step=1", "train.mode=async", "algo.dynamic_sampling=false",
+    ]  # fmt: skip
+    cfg = load_config(overrides=overrides)
+    trainer, _, rollouts = await served_trainer(cfg, tmp_path, tokenizer)
+    rollouts.credit = credit = StepsCredit()
+    rollouts.start_producer()
+    producer = rollouts.producer
+    assert producer is not None
+    store = TrajectoryStore(tmp_path / "run")
+    with Progress(console=Console(file=io.StringIO())) as progress:
+        first, _, _, _ = await rollouts.for_step(1, 0, store, progress)
+        while producer.in_flight:  # step 2's group rolls out and finishes "during step 1's update"
+            await asyncio.sleep(0.05)
+        assert credit.credited_at == [1]  # finished, not yet credited
+        second, _, _, _ = await rollouts.for_step(2, 1, store, progress, last=True)
+    assert credit.credited_at == [1, 2] and len(first) == len(second) == 2
+    assert producer.in_flight == 0  # stopped: nothing rolls out after the last step's groups
+    store.close()
+    await trainer.close()

@@ -322,7 +322,7 @@ class Trainer:
         waited = self.producer.waited_s if self.producer is not None else 0.0
         retried = self.backend.retried
         with timer("rollout"):
-            results, stale, refills, extra = await self.rollouts.for_step(step, self.version, store, progress)
+            results, stale, refills, extra = await self.rollouts.for_step(step, self.version, store, progress, last)
         with timer("check"):
             trainable, token_mismatch = self.rollouts.trainable(results, stale)
         row = rollout_metrics(step, results)

@@ -129,8 +129,8 @@ class TrainingRollouts:
         useful = 0
         rounds = 0
         need = t.tasks_per_step
-        while True:
-            groups = await self.producer.take(need)
+        while True:  # credited here, at the step that trains them (not the one they finished during)
+            groups = [self._credited(g) for g in await self.producer.take(need)]
             self.curriculum.update([r for g in groups for r in g])
             fresh, old = stale_groups(groups, version, t.max_staleness)
             stale += old
@@ -146,14 +146,15 @@ class TrainingRollouts:
         """One group rolled out and graded (asynchronous mode), its versions the run's."""
         results = await self.backend.run([group], bounds=bounds)
         self._label(results)
-        return self._credited(results)
+        return results
 
     async def for_step(
-        self, step: int, version: int, store: TrajectoryStore, progress: Progress
+        self, step: int, version: int, store: TrajectoryStore, progress: Progress, last: bool = False
     ) -> tuple[list[RolloutResult], list[RolloutResult], int, dict[str, Any]]:
         """Step ``step``'s rollouts, each stored as it is had, as (results, stale, refill rounds, metrics):
         rolled out now (the ledger cleared first), or with ``train.mode=async`` taken from the producer,
-        with their policy lag behind ``version`` in the metrics."""
+        with their policy lag behind ``version`` in the metrics. After the ``last`` step's groups the
+        producer stops: no step would train what it rolls out next, and the last validation follows."""
         self.rl_step = step
         if self.producer is None:
             self.ledger.clear()
@@ -162,6 +163,8 @@ class TrainingRollouts:
                 store.add(r.trajectory, r.record(step=step))
             return results, [], refills, {}
         results, stale, refills = await self.take(version)
+        if last:
+            await self.producer.stop()
         for r, old in [(r, False) for r in results] + [(r, True) for r in stale]:
             store.add(r.trajectory, r.record(step=step, lag=lag(r, version), stale=old))
         lags = [lag(r, version) for r in results]
