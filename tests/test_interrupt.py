@@ -69,26 +69,37 @@ def _interrupt(args: list[str], env: dict[str, str], log: Path, stage: str) -> t
     return code, time.monotonic() - sent
 
 
-def test_ctrl_c_stops_the_run_in_seconds_and_resume_goes_on(tmp_path: Path, boxes: Path) -> None:
-    """Ctrl-C in a rollout, then (after --resume) in an update; the second --resume finishes the run."""
-    run = tmp_path / "run"
-    env = {**os.environ, "CODERL_PROGRESS_EVERY": "0.2", "CODERL_SANDBOX_DIR": str(boxes), "PYTHONUNBUFFERED": "1"}
-    firsts = [[*RUN, f"run.dir={run}"], ["--resume", str(run)]]
-    for n, (args, stage) in enumerate(zip(firsts, [r"step 1 rollout: ", r"step 1 update: "], strict=True)):
-        log = tmp_path / f"run{n}.log"
-        code, took = _interrupt(args, env, log, stage)
-        text = log.read_text()
-        assert code == 130, text[-3000:]  # not -6: no thread was left computing under the interpreter's exit
-        assert "coderl: interrupted" in text and "terminate called" not in text and "never retrieved" not in text
-        assert took < 20, f"{took:.1f} s from Ctrl-C to exit ({stage})"
-        assert not [m for m in _mounts(boxes) if "/ws/" in m], _mounts(boxes)  # no workspace left mounted
+def _env(boxes: Path) -> dict[str, str]:
+    return {**os.environ, "CODERL_PROGRESS_EVERY": "0.2", "CODERL_SANDBOX_DIR": str(boxes), "PYTHONUNBUFFERED": "1"}
+
+
+def _stopped_cleanly(args: list[str], env: dict[str, str], log: Path, stage: str, boxes: Path) -> None:
+    """Ctrl-C at ``stage`` (:func:`_interrupt`) ends the run in seconds, with exit code 130 and nothing left."""
+    code, took = _interrupt(args, env, log, stage)
+    text = log.read_text()
+    assert code == 130, text[-3000:]  # not -6: no thread was left computing under the interpreter's exit
+    assert "coderl: interrupted" in text and "terminate called" not in text and "never retrieved" not in text
+    assert took < 20, f"{took:.1f} s from Ctrl-C to exit ({stage})"
+    assert not [m for m in _mounts(boxes) if "/ws/" in m], _mounts(boxes)  # no workspace left mounted
+
+
+def _resumed_steps(run: Path, env: dict[str, str]) -> list[int]:
+    """``coderl train --resume`` to the end; the steps ``metrics.jsonl`` then holds."""
     done = subprocess.run(
         [sys.executable, "-m", "coderl", "train", "--resume", str(run)],
         capture_output=True, text=True, env=env, timeout=600,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    rows = checkpoints.read_metrics(run / "metrics.jsonl")
-    assert [r["step"] for r in rows] == [1]  # the step once: not lost to an interrupt, not twice
+    return [r["step"] for r in checkpoints.read_metrics(run / "metrics.jsonl")]
+
+
+def test_ctrl_c_stops_the_run_in_seconds_and_resume_goes_on(tmp_path: Path, boxes: Path) -> None:
+    """Ctrl-C in a rollout, then (after --resume) in an update; the second --resume finishes the run."""
+    run, env = tmp_path / "run", _env(boxes)
+    firsts = [[*RUN, f"run.dir={run}"], ["--resume", str(run)]]
+    for n, (args, stage) in enumerate(zip(firsts, [r"step 1 rollout: ", r"step 1 update: "], strict=True)):
+        _stopped_cleanly(args, env, tmp_path / f"run{n}.log", stage, boxes)
+    assert _resumed_steps(run, env) == [1]  # the step once: not lost to an interrupt, not twice
 
 
 def test_ctrl_c_in_an_async_run_with_rollouts_under_way_stops_it_and_resume_goes_on(
@@ -96,20 +107,7 @@ def test_ctrl_c_in_an_async_run_with_rollouts_under_way_stops_it_and_resume_goes
 ) -> None:
     """train.mode=async (the main job's): Ctrl-C while the actor updates step 1 and the producer rolls
     out step 2's groups; --resume then finishes both steps, each once."""
-    run = tmp_path / "run"
-    env = {**os.environ, "CODERL_PROGRESS_EVERY": "0.2", "CODERL_SANDBOX_DIR": str(boxes), "PYTHONUNBUFFERED": "1"}
+    run, env = tmp_path / "run", _env(boxes)
     args = [*RUN, "train.mode=async", "train.steps=2", f"run.dir={run}"]
-    log = tmp_path / "run.log"
-    code, took = _interrupt(args, env, log, r"step 1 update: ")
-    text = log.read_text()
-    assert code == 130, text[-3000:]
-    assert "coderl: interrupted" in text and "terminate called" not in text and "never retrieved" not in text
-    assert took < 20, f"{took:.1f} s from Ctrl-C to exit"
-    assert not [m for m in _mounts(boxes) if "/ws/" in m], _mounts(boxes)  # no workspace left mounted
-    done = subprocess.run(
-        [sys.executable, "-m", "coderl", "train", "--resume", str(run)],
-        capture_output=True, text=True, env=env, timeout=600,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert [r["step"] for r in checkpoints.read_metrics(run / "metrics.jsonl")] == [1, 2]
-
+    _stopped_cleanly(args, env, tmp_path / "run.log", r"step 1 update: ", boxes)
+    assert _resumed_steps(run, env) == [1, 2]
