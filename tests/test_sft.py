@@ -20,7 +20,17 @@ from coderl.errors import ConfigError
 from coderl.tasks import grade, load_tasks
 from coderl.train.actor import Actor
 from coderl.train.config import ActorConfig, SFTConfig
-from coderl.train.demos import NOT_IN_ISSUE, _changed_span, gold_plan, gold_turns, issue_callee, one_line_fix
+from coderl.train.demos import (
+    NOT_IN_ISSUE,
+    NOT_ONE_LINE,
+    OVER_MAX_TOKENS,
+    _changed_span,
+    gold_demonstrations,
+    gold_plan,
+    gold_turns,
+    issue_callee,
+    one_line_fix,
+)
 from coderl.train.sft import (
     build_demos,
     check_demos,
@@ -239,3 +249,18 @@ def test_a_full_weight_rl_phase_names_the_warm_start_settings_it_cannot_apply() 
         overrides=["actor.lora_rank=0", "sft.gradient_checkpointing=null", "sft.micro_batch_tokens=2048"],
     )
     assert own_settings_unused(same) == ""
+
+
+async def test_demonstrations_play_in_a_window_and_keep_the_first_that_resolve_in_order(tokenizer: Any) -> None:
+    cfg = load_config(defaults=default_train_config(), overrides=[])
+    tasks = load_tasks("bundled:synth?bug_in=callee")[:7]
+    chat = ChatFormat(tokenizer, cfg.model.tool_format)
+    one, counts_one = await gold_demonstrations(tasks, cfg.rollout, cfg.sandbox, chat, concurrency=1, limit=4)
+    three, counts_three = await gold_demonstrations(tasks, cfg.rollout, cfg.sandbox, chat, concurrency=3, limit=4)
+    assert len(one) == 4 and counts_one["kept"] == 4
+    assert [d.task_id for d in three] == [d.task_id for d in one]  # the window changes the pace, not the choice
+    assert [d.response_ids for d in three] == [d.response_ids for d in one]
+    assert counts_three == counts_one  # plays past the limit are cancelled and counted as not needed
+    assert counts_one["not_needed"] == 7 - 4 - counts_one["did_not_resolve"] - sum(
+        counts_one[k] for k in (NOT_ONE_LINE, NOT_IN_ISSUE, OVER_MAX_TOKENS)
+    )

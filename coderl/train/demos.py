@@ -27,6 +27,7 @@ import ast
 import asyncio
 import json
 import re
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -306,19 +307,29 @@ async def gold_demonstrations(
             counts[turns] += 1
         else:
             playable.append((task, turns))
-    played = 0
-    for start in range(0, len(playable), max(1, concurrency)):
-        if limit is not None and len(demos) >= limit:
-            break
-        chunk = playable[start : start + max(1, concurrency)]
-        played += len(chunk)
-        for made in await asyncio.gather(*(play(task, turns) for task, turns in chunk)):
+    # A window of ``concurrency`` plays in flight, read in the order given: a slow play holds back
+    # no other (the next starts as soon as one ends), and the demonstrations kept are the same.
+    window: deque[asyncio.Task[Trajectory | None]] = deque()
+    queue = iter(playable)
+    consumed = 0
+    try:
+        while limit is None or len(demos) < limit:
+            while len(window) < max(1, concurrency) and (nxt := next(queue, None)) is not None:
+                window.append(asyncio.ensure_future(play(*nxt)))
+            if not window:
+                break
+            made = await window.popleft()
+            consumed += 1
             if made is None:
                 counts["did_not_resolve"] += 1
-            elif limit is None or len(demos) < limit:
+            else:
                 demos.append(made)
                 counts["kept"] += 1
-    counts["not_needed"] = len(playable) - played
+    finally:
+        for pending in window:  # plays past the limit (or an error): not needed
+            pending.cancel()
+        await asyncio.gather(*window, return_exceptions=True)
+    counts["not_needed"] = len(playable) - consumed
     return demos, counts
 
 
