@@ -456,3 +456,26 @@ def test_the_rl_budget_leaves_validation_out_of_the_mean_and_counts_the_steps_be
     ended = [*before, {"step": 3, "step_s": 25.0, "stage_s": {}, "last_step": True}]
     assert RLBudget(minutes=1.0, steps=10, done_rows=ended).spent_before_resume()  # nothing left to train
     assert not RLBudget(minutes=5.0, steps=10, done_rows=ended).spent_before_resume()  # a budget raised since
+
+
+def test_the_advantage_share_of_unsolved_groups_under_grpo_and_drgrpo() -> None:
+    """Two groups of two: one with a solved sample, one of near misses 0.01 apart (patch credit). GRPO
+    divides by each group's spread, so the near misses weigh as much as the solve; Dr. GRPO does not."""
+    from coderl.train.credit import KEY
+    from coderl.train.update import unsolved_share
+
+    def sample(group: str, reward: float, credit: float) -> Trajectory:
+        return Trajectory(
+            task_id=group, group_id=group, prompt_ids=[1, 2], response_ids=[3, 4, 5], response_mask=[1, 1, 1],
+            logprobs=[-0.1, -0.1, -0.1], reward=reward, metrics={KEY: credit},
+        )  # fmt: skip
+
+    rollouts = [sample("a", 1.0, 0.0), sample("a", 0.0, 0.0), sample("b", 0.0, 0.02), sample("b", 0.0, 0.01)]
+    shares = {}
+    for advantage in ("grpo", "drgrpo"):
+        batch = build_batch(rollouts, AlgoConfig(advantage=advantage), 8)
+        shares[advantage] = unsolved_share(batch.advantages, batch.mask, batch.rollout_index, rollouts)
+    assert shares["grpo"] == pytest.approx(0.5, abs=1e-3)  # a 0.01 spread taught as loudly as a solve
+    assert shares["drgrpo"] == pytest.approx(0.01 / (1.0 + 0.01), abs=1e-3)  # by the rewards' own size
+    nothing = build_batch(rollouts[:2], AlgoConfig(advantage="grpo"), 8)
+    assert unsolved_share(nothing.advantages, nothing.mask * 0, nothing.rollout_index, rollouts[:2]) == 0.0

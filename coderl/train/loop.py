@@ -89,7 +89,7 @@ from coderl.types import Task
 log = logging.getLogger(__name__)
 
 NOTHING_TRAINED = {
-    "logprob_mismatch": 0.0, "grad_norm": 0.0, "update_skipped": 1.0, "advantage_abs_mean": 0.0,
+    "logprob_mismatch": 0.0, "grad_norm": 0.0, "update_skipped": 1.0, "advantage_abs_mean": 0.0, "advantage_from_unsolved": 0.0,
     "trained_tokens": 0, "optimizer_steps": 0,
 }  # fmt: skip
 """The update metrics of a step with nothing to train on."""

@@ -73,7 +73,7 @@ def summary_line(row: dict[str, Any]) -> str:
             if "patch_credit_mean" in row
             else ""
         )
-        + f"calls {row.get('tool_calls_mean', 0.0):.1f} no-change {row.get('no_change_share', 0.0):.0%} fix+edits {row.get('fix_plus_edits_share', 0.0):.0%} |adv| {row.get('advantage_abs_mean', 0.0):.2f} "
+        + f"calls {row.get('tool_calls_mean', 0.0):.1f} no-change {row.get('no_change_share', 0.0):.0%} fix+edits {row.get('fix_plus_edits_share', 0.0):.0%} |adv| {row.get('advantage_abs_mean', 0.0):.2f} (unsolved groups {row.get('advantage_from_unsolved', 0.0):.0%}) "
         f"trained {row.get('trained_tokens', 0)} tok len {row['response_len_mean']:.0f} "
         f"kl {row.get('kl', 0.0):.4f} ent {row.get('entropy', 0.0):.2f} mismatch {row.get('logprob_mismatch', 0.0):.1e} "
         f"{row.get('step_s', 0.0):.0f}s"

@@ -30,7 +30,7 @@ CHARTS: list[tuple[str, list[str]]] = [
     ("Truncated samples and turns, tool-call parse failures, samples ending with no change, fix plus breaking edits",
      ["truncated_share", "turn_truncated_share", "parse_failure_rate", "no_change_share", "fix_plus_edits_share"]),
     ("Tool calls and format errors per trajectory", ["tool_calls_mean", "format_errors_mean"]),
-    ("Mean |advantage| of trained tokens", ["advantage_abs_mean"]),
+    ("Mean |advantage| of trained tokens; share of the |advantage| in groups with no solved sample", ["advantage_abs_mean", "advantage_from_unsolved"]),
     ("Tokens trained on (model tokens in the loss)", ["trained_tokens"]),
     ("Response length (model tokens)", ["response_len_mean", "response_len_max"]),
     ("KL and entropy", ["kl", "entropy"]),

@@ -28,7 +28,9 @@ Figures, per step (all samples rolled out in the step, refills included):
   copy the rest of it faithfully);
 - with partial credit (``train.patch_credit``): ``patch_credit_mean`` (per unsolved sample) and
   ``credit_groups``, the share of groups that teach by the credit alone;
-- and, from the update, ``advantage_abs_mean`` and ``trained_tokens`` (model tokens in the loss).
+- and, from the update, ``advantage_abs_mean``, ``advantage_from_unsolved`` (the share of the |advantage|
+  in groups with no solved sample: taught by the credit and the format bonus, not the hidden tests) and
+  ``trained_tokens`` (model tokens in the loss).
 """
 
 from __future__ import annotations

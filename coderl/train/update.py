@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 from rich.progress import Progress
+from torch import Tensor
 
 from coderl.rl import AlgoConfig
 from coderl.threads import in_own_thread
@@ -80,6 +82,19 @@ async def update_policy(
         "update_skipped": sum(u["skipped"] for u in updates),
         "optimizer_steps": len(updates),
         "advantage_abs_mean": float((batch.advantages.abs() * mask).sum() / mask.sum().clamp(min=1)),
+        "advantage_from_unsolved": unsolved_share(batch.advantages, mask, batch.rollout_index, rollouts),
         "trained_tokens": int(mask.sum()),
         "shaped_reward_mean": float(batch.rewards[batch.counted > 0].mean()),
     }
+
+
+def unsolved_share(advantages: Tensor, mask: Tensor, rollout_index: Tensor, rollouts: list[Trajectory]) -> float:
+    """The share of the batch's |advantage| mass (over trained tokens; ``[B, T]``, ``[B, T]``, ``[B]``)
+    in groups where no sample solved its task: what the patch credit and the format bonus teach, not the
+    hidden tests (0 when nothing is trained). Group estimators that divide by the group's spread (grpo)
+    give a group of near misses a few thousandths apart the weight of a solved group."""
+    solved = {r.group_id for r in rollouts if r.reward >= 1.0}  # the hidden tests' full reward: solved
+    unsolved = torch.tensor([rollouts[i].group_id not in solved for i in rollout_index.tolist()])  # [B]
+    mass = (advantages.abs() * mask).sum(dim=1)  # [B]
+    total = float(mass.sum())
+    return float(mass[unsolved].sum()) / total if total > 0 else 0.0
