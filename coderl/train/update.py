@@ -94,7 +94,9 @@ def unsolved_share(advantages: Tensor, mask: Tensor, rollout_index: Tensor, roll
     hidden tests (0 when nothing is trained). Group estimators that divide by the group's spread (grpo)
     give a group of near misses a few thousandths apart the weight of a solved group."""
     solved = {r.group_id for r in rollouts if r.reward >= 1.0}  # the hidden tests' full reward: solved
-    unsolved = torch.tensor([rollouts[i].group_id not in solved for i in rollout_index.tolist()])  # [B]
     mass = (advantages.abs() * mask).sum(dim=1)  # [B]
+    unsolved = torch.tensor(
+        [rollouts[i].group_id not in solved for i in rollout_index.tolist()], device=mass.device
+    )  # [B]
     total = float(mass.sum())
     return float(mass[unsolved].sum()) / total if total > 0 else 0.0
