@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from coderl.bench.rl import pooled_rise
+from coderl.rollout.store import read_trajectories
 from tests.tiny import tiny_checkpoint
 
 pytestmark = pytest.mark.slow
@@ -69,11 +71,24 @@ def test_bench_rl_runs_the_rl_phase_from_one_warm_start_against_its_control(tmp_
     given = bench(tmp_path, "--temperatures", "1.0", "--warm", str(root / "warm" / "model"))  # --warm: no sft
     assert given.returncode == 0, given.stderr[-3000:]
     assert json.loads(given.stdout)["warm_start"] == str(root / "warm" / "model") and "coderl sft" not in given.stderr
-    alone = bench(tmp_path, "--no-control", "--warm", str(root / "warm" / "model"), write=False)
+    alone = bench(tmp_path, "--no-control", "--trained-tasks", "--warm", str(root / "warm" / "model"), write=False)
     assert alone.returncode == 0, alone.stderr[-3000:]
     a = json.loads(alone.stdout)
     assert a["control"] is False and list(a["run_dirs"]) == ["rl", "control"] and a["run_dirs"]["control"] == []
     assert "rl_rise" in a and "control_rise" not in a and "control_end_pass_at_1" not in a
+    # --trained-tasks: the RL run's own training tasks (never a held-out one), under the warm start and its final weights
+    run = tmp_path / a["run_dirs"]["rl"][0]
+    trained = {row["task_id"] for row in read_trajectories(run)}
+    held = {row["task_id"] for row in read_trajectories(next((run / "validation").iterdir()))}
+    assert a["trained_tasks"] == [len(trained)] and trained and not trained & held
+    assert (run / "export-final" / "config.json").is_file()
+    after = [row for row in read_trajectories(run / "trained-eval") if row.get("part", 0) == 0]
+    assert {row["task_id"] for row in after} == trained and len(after) == 2 * len(trained)  # train.group_size each
+    assert a["trained_samples_per_task"] == 2 and 0.0 <= a["trained_rl_pass_rate"][0] <= 1.0
+    assert a["trained_rl_pass_rate"][0] == pytest.approx(sum(bool(r.get("resolved")) for r in after) / len(after))
+    assert a["trained_rise"] == pytest.approx(a["trained_rl_pass_rate"][0] - a["trained_warm_pass_rate"][0])
+    lo, hi = a["trained_rise_ci95"]
+    assert lo <= a["trained_rise"] <= hi
     both = bench(tmp_path, "--no-control", "--control-seeds", "0", write=False)
     assert both.returncode != 0 and "--no-control with --control-seeds" in both.stderr
     other = bench(tmp_path, "--control-seeds", "5", write=False)
@@ -151,3 +166,11 @@ def test_the_table_says_when_the_controls_greedy_validation_reproduced_exactly_a
     assert "16 cores, NVIDIA H200, torch 2" in text
     assert "24 of 24 greedy held-out trajectories came out token for token the same at both ends" in text
     assert "not bit-for-bit" not in text
+
+
+def test_the_trained_tasks_rise_is_pooled_over_seed_task_pairs() -> None:
+    mean, (lo, hi) = pooled_rise([(0.0, 1.0), (0.5, 0.5), (0.25, 0.0), (0.0, 0.0)])
+    assert mean == pytest.approx(0.1875)
+    assert -0.25 <= lo < mean < hi <= 1.0  # resampling four pairs: the interval spans their spread
+    assert pooled_rise([(0.1, 0.3)] * 5) == (pytest.approx(0.2), [pytest.approx(0.2), pytest.approx(0.2)])
+    assert pooled_rise([]) == (0.0, [0.0, 0.0])

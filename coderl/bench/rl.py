@@ -26,6 +26,13 @@ Each ``train.val_also`` set (the main job's hand-written tier and new repository
 way under ``also``: per set, its source, ``warm_pass_at_1``, ``rl_pass_at_1``, ``rl_rise`` with
 ``rl_rise_ci95``, and the control's ``control_rise`` with ``control_rise_ci95``.
 
+``--trained-tasks`` adds an optimisation check (:func:`trained_tasks_figures`): the tasks each RL run
+trained on, rolled out ``train.group_size`` times at the rollout temperature under the warm start and
+under the run's final weights (``coderl export``): ``trained_tasks`` (per seed), ``trained_warm_pass_rate``
+and ``trained_rl_pass_rate`` (per seed), ``trained_rise`` with ``trained_rise_ci95`` (bootstrap over
+(seed, task) pairs). It tells an RL phase that does not move its own tasks from one whose gains do not
+carry to held-out ones; it is no learning claim (those tasks are trained on).
+
 ``control_same_trajectories``: per control run, [held-out tasks whose greedy trajectory came out token
 for token the same in its first and last validation, tasks] — with weights unchanged, how reproducible
 the greedy figure is on its own.
@@ -38,6 +45,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import random
 import shutil
 import statistics
 import subprocess
@@ -49,7 +57,14 @@ from typing import Any
 
 from rich.console import Console
 
-from coderl.bench.learn import _die_with_parent, _one_run, config_key, paired_rise, refuse_time_bound
+from coderl.bench.learn import (
+    BOOTSTRAP,
+    _die_with_parent,
+    _one_run,
+    config_key,
+    paired_rise,
+    refuse_time_bound,
+)
 from coderl.bench.report import machine_info
 from coderl.config import Config
 from coderl.config.loader import dump_config
@@ -139,40 +154,14 @@ def temperature_sweep(
     ``train.group_size`` times each under the warm start (``coderl eval`` in a process of its own):
     pass rate, tasks sometimes solved, and the share of groups that can teach (rewards differ) — what
     the RL phase's temperature is chosen by."""
-    import random
-
     from coderl.tasks.split import train_and_held_out
 
     t = cfg.train
     train = train_and_held_out(t.tasks, t.val_tasks, t.val_size, t.val_also, t.dev_size, read_demonstrated(warm)).train
     picked = sorted(t.id for t in random.Random(cfg.run.seed).sample(train, min(tasks, len(train))))
-    source = cfg.train.tasks.split(":", 1)[0] + ":" + ",".join(picked)
     rows = []
     for temperature in temperatures:
-        run_dir = root / f"sweep-T{temperature:g}"
-        swept = cfg.model_copy(
-            update={
-                "model": cfg.model.model_copy(update={"path": warm}),
-                "tasks": cfg.tasks.model_copy(update={"source": source}),
-                "rollout": cfg.rollout.model_copy(
-                    update={"temperature": temperature, "group_size": cfg.train.group_size, "pass_k": [1]}
-                ),
-                "run": cfg.run.model_copy(update={"dir": run_dir}),
-            }
-        )
-        if not (run_dir / "report.json").is_file():
-            shutil.rmtree(run_dir, ignore_errors=True)
-            run_dir.mkdir(parents=True)
-            (run_dir / "config.yaml").write_text(dump_config(swept))
-            console.print(f"[bold]temperature {temperature:g}[/]: {len(picked)} tasks x {cfg.train.group_size} samples")
-            command = [sys.executable, "-m", "coderl", "eval", str(run_dir / "config.yaml"), f"run.dir={run_dir}"]
-            code = subprocess.run(command, check=False, stdout=2, preexec_fn=_die_with_parent).returncode
-            if code != 0:
-                raise CoderlError(f"bench rl: the sweep at T={temperature:g} failed (coderl eval exited with {code})")
-        groups: dict[str, list[bool]] = {}
-        for row in read_trajectories(run_dir):
-            if row.get("part", 0) == 0:
-                groups.setdefault(row["task_id"], []).append(bool(row.get("resolved")))
+        groups = sampled_outcomes(cfg, warm, picked, temperature, root / f"sweep-T{temperature:g}", console)
         outcomes = list(groups.values())
         rows.append(
             {
@@ -187,6 +176,105 @@ def temperature_sweep(
     return rows
 
 
+def sampled_outcomes(
+    cfg: Config, model: Path, task_ids: list[str], temperature: float, run_dir: Path, console: Console
+) -> dict[str, list[bool]]:
+    """Task id -> solved or not, per sample: ``task_ids`` (of ``train.tasks``' kind) rolled out
+    ``train.group_size`` times each by ``model`` at ``temperature`` with the configuration's loop, as
+    ``coderl eval`` in a process of its own in ``run_dir`` (the same evaluation finished there is reused)."""
+    source = cfg.train.tasks.split(":", 1)[0] + ":" + ",".join(task_ids)
+    evaluated = cfg.model_copy(
+        update={
+            "model": cfg.model.model_copy(update={"path": model}),
+            "tasks": cfg.tasks.model_copy(update={"source": source}),
+            "rollout": cfg.rollout.model_copy(
+                update={"temperature": temperature, "group_size": cfg.train.group_size, "pass_k": [1]}
+            ),
+            "run": cfg.run.model_copy(update={"dir": run_dir}),
+        }
+    )
+    config = dump_config(evaluated)
+    if not (run_dir / "report.json").is_file() or (run_dir / "config.yaml").read_text() != config:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        run_dir.mkdir(parents=True)
+        (run_dir / "config.yaml").write_text(config)
+        console.print(
+            f"[bold]{run_dir.name}[/]: {len(task_ids)} tasks x {cfg.train.group_size} samples at "
+            f"T={temperature:g} ({model})"
+        )
+        command = [sys.executable, "-m", "coderl", "eval", str(run_dir / "config.yaml"), f"run.dir={run_dir}"]
+        code = subprocess.run(command, check=False, stdout=2, preexec_fn=_die_with_parent).returncode
+        if code != 0:
+            raise CoderlError(f"bench rl: {run_dir} failed (coderl eval exited with {code}); run the bench again")
+    groups: dict[str, list[bool]] = {}
+    for row in read_trajectories(run_dir):
+        if row.get("part", 0) == 0:
+            groups.setdefault(row["task_id"], []).append(bool(row.get("resolved")))
+    return groups
+
+
+def trained_task_ids(run_dir: Path) -> list[str]:
+    """The tasks a train run rolled out for its RL steps (every group, dynamic sampling's refills
+    included; calibration and validation live in folders of their own)."""
+    return sorted({str(row["task_id"]) for row in read_trajectories(run_dir)})
+
+
+def final_model(run_dir: Path) -> Path:
+    """A train run's newest checkpoint as a model folder (``coderl export``, LoRA merged), made once."""
+    out = run_dir / "export-final"
+    if not (out / "config.json").is_file():
+        shutil.rmtree(out, ignore_errors=True)
+        command = [sys.executable, "-m", "coderl", "export", str(run_dir), "--out", str(out)]
+        code = subprocess.run(command, check=False, stdout=2, preexec_fn=_die_with_parent).returncode
+        if code != 0:
+            raise CoderlError(f"bench rl: coderl export {run_dir} failed (exit {code})")
+    return out
+
+
+def trained_tasks_figures(
+    cfg: Config, warm: Path, root: Path, rl_dirs: list[Path], console: Console
+) -> dict[str, Any]:
+    """``--trained-tasks``: did each RL run get better at the tasks it trained on? The warm start and
+    each run's final weights, ``train.group_size`` samples per task at the rollout temperature, on the
+    tasks that run trained on (the warm start once, on all of them: it is also what an lr-0 control
+    ends with). An optimisation check, not a learning claim: these tasks are not held out."""
+    trained = [trained_task_ids(d) for d in rl_dirs]
+    every = sorted(set().union(*trained))
+    digest = hashlib.sha256(",".join(every).encode()).hexdigest()[:10]
+    temperature = cfg.rollout.temperature
+    before = sampled_outcomes(cfg, warm, every, temperature, root / f"trained-warm-{digest}", console)
+    pairs: list[tuple[float, float]] = []
+    warm_means: list[float] = []
+    rl_means: list[float] = []
+    for run_dir, ids in zip(rl_dirs, trained, strict=True):
+        after = sampled_outcomes(cfg, final_model(run_dir), ids, temperature, run_dir / "trained-eval", console)
+        seed_pairs = [(statistics.fmean(before[t]), statistics.fmean(after[t])) for t in ids]
+        pairs += seed_pairs
+        warm_means.append(statistics.fmean(a for a, _ in seed_pairs) if seed_pairs else 0.0)
+        rl_means.append(statistics.fmean(b for _, b in seed_pairs) if seed_pairs else 0.0)
+    mean, interval = pooled_rise(pairs)
+    return {
+        "trained_tasks": [len(ids) for ids in trained],
+        "trained_samples_per_task": cfg.train.group_size,
+        "trained_temperature": temperature,
+        "trained_warm_pass_rate": warm_means,
+        "trained_rl_pass_rate": rl_means,
+        "trained_rise": mean,
+        "trained_rise_ci95": interval,
+    }
+
+
+def pooled_rise(pairs: list[tuple[float, float]], seed: int = 0) -> tuple[float, list[float]]:
+    """Mean of ``after - before`` over (seed, task) pairs and its bootstrap 95% interval over the pairs
+    (each seed trained on tasks of its own, so there is no common set to pair the seeds over)."""
+    if not pairs:
+        return 0.0, [0.0, 0.0]
+    rises = [b - a for a, b in pairs]
+    rng = random.Random(seed)
+    means = sorted(statistics.fmean(rng.choice(rises) for _ in rises) for _ in range(BOOTSTRAP))
+    return statistics.fmean(rises), [means[int(0.025 * BOOTSTRAP)], means[int(0.975 * BOOTSTRAP) - 1]]
+
+
 def bench_rl(
     cfg: Config,
     seeds: list[int],
@@ -197,11 +285,13 @@ def bench_rl(
     warm_from: Path | None = None,
     control: bool = True,
     control_seeds: list[int] | None = None,
+    trained_tasks: bool = False,
 ) -> dict[str, Any]:
     """The bench (module doc); with ``temperatures``, the temperature sweep (:func:`temperature_sweep`)
     instead of the seeds. ``warm_from``: a warm-started model folder made before (a main job's
     ``<run>/warm``, or ``coderl sft --out``) instead of the bench's own. ``control=False``: no control
-    runs (``--no-control``); ``control_seeds``: the seeds with a control run (default: every seed)."""
+    runs (``--no-control``); ``control_seeds``: the seeds with a control run (default: every seed);
+    ``trained_tasks``: also :func:`trained_tasks_figures` (``--trained-tasks``)."""
     if jobs < 1:
         raise CoderlError(f"bench rl: --jobs {jobs} is not a number of processes; give 1 or more")
     if temperatures and not control:
@@ -273,6 +363,8 @@ def bench_rl(
     out["also"] = [
         {"source": source, **_rise_figures(runs, also_prefix(i))} for i, source in enumerate(cfg.train.val_also)
     ]
+    if trained_tasks:
+        out |= trained_tasks_figures(cfg, warm, root, [Path(r["run_dir"]) for r in runs["rl"]], console)
     return out
 
 
@@ -369,6 +461,16 @@ def to_markdown(r: dict[str, Any]) -> str:
             lines += rows(f"{label} ({r[f'{infix}held_out_tasks']} tasks)", r, infix)
     for also in r.get("also", []):
         lines += rows(f"greedy, `{also['source']}` ({also['tasks']} tasks)", also)
+    if "trained_rise" in r:
+        lo, hi = r["trained_rise_ci95"]
+        lines += [
+            "",
+            f"The tasks each RL run trained on ({', '.join(map(str, r['trained_tasks']))} per seed), "
+            f"{r['trained_samples_per_task']} samples each at T={r['trained_temperature']:g}, under the warm start "
+            f"and under the run's final weights (an optimisation check, not held out): pass rate "
+            f"{cells(r['trained_warm_pass_rate'])} -> {cells(r['trained_rl_pass_rate'])} per seed, "
+            f"**{r['trained_rise']:+.3f}** [{lo:+.3f}, {hi:+.3f}] (bootstrap over seed-task pairs).",
+        ]
     same = [x for x in r.get("control_same_trajectories", []) if x[1]]
     if same:
         lines += ["", _reproducibility_sentence(same)]

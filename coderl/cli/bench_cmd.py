@@ -111,6 +111,7 @@ def _rl(cfg: Config, ns: argparse.Namespace, console: Console) -> dict[str, Any]
         sweep_tasks=2 if ns.quick else ns.sweep_tasks, warm_from=Path(ns.warm) if ns.warm else None,
         control=not ns.no_control,
         control_seeds=[int(x) for x in ns.control_seeds.split(",") if x.strip()] if ns.control_seeds else None,
+        trained_tasks=ns.trained_tasks,
     )  # fmt: skip
 
 
@@ -278,6 +279,7 @@ BENCHES: dict[str, Bench] = {
             ("--warm", {"default": "", "metavar": "DIR", "help": "a warm-started model folder to start from (a main job's RUN/warm, or coderl sft --out) instead of making one"}),
             ("--no-control", {"action": "store_true", "help": "leave out the control runs (learning rate 0): for comparing RL settings on a dev split (train.dev_size); refused with --write"}),
             ("--control-seeds", {"default": "", "metavar": "SEEDS", "help": "comma-separated seeds (some of --seeds) to run the control on (default: every seed); a control costs a run"}),
+            ("--trained-tasks", {"action": "store_true", "help": "also roll out the tasks each RL run trained on (train.group_size samples at the rollout temperature) under the warm start and under the run's final weights: did RL get better at what it trained on (an optimisation check, not held out)"}),
         ],
         train_defaults=True,
         overrides=lambda ns: (
