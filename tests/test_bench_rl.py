@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 from coderl.bench.rl import pooled_rise
 from coderl.rollout.store import read_trajectories
@@ -89,6 +90,7 @@ def test_bench_rl_runs_the_rl_phase_from_one_warm_start_against_its_control(tmp_
     assert a["trained_rise"] == pytest.approx(a["trained_rl_pass_rate"][0] - a["trained_warm_pass_rate"][0])
     lo, hi = a["trained_rise_ci95"]
     assert lo <= a["trained_rise"] <= hi
+    assert a["untrained_edge_tasks"] == [0]  # one seed: no task only another seed trained on
     both = bench(tmp_path, "--no-control", "--control-seeds", "0", write=False)
     assert both.returncode != 0 and "--no-control with --control-seeds" in both.stderr
     other = bench(tmp_path, "--control-seeds", "5", write=False)
@@ -174,3 +176,44 @@ def test_the_trained_tasks_rise_is_pooled_over_seed_task_pairs() -> None:
     assert -0.25 <= lo < mean < hi <= 1.0  # resampling four pairs: the interval spans their spread
     assert pooled_rise([(0.1, 0.3)] * 5) == (pytest.approx(0.2), [pytest.approx(0.2), pytest.approx(0.2)])
     assert pooled_rise([]) == (0.0, [0.0, 0.0])
+
+
+def test_the_trained_tasks_control_is_the_edge_tasks_only_other_seeds_trained_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pairing alone (the evaluations faked): seed 0 trained a and b, seed 1 b and c; the warm start
+    solved a and c sometimes, b never. Each seed's final weights are compared on its own tasks, and on
+    the edge tasks only the other seed trained on (seed 0: c, seed 1: a)."""
+    import coderl.bench.rl as rl
+    from coderl.config import load_config
+
+    runs = [tmp_path / "rl-seed0", tmp_path / "rl-seed1"]
+    trained = {runs[0]: ["a", "b"], runs[1]: ["b", "c"]}
+    outcomes = {
+        "warm": {"a": [True, False], "b": [False, False], "c": [True, True]},
+        "rl-seed0/trained-eval": {"a": [True, True], "b": [False, False]},
+        "rl-seed0/other-eval": {"c": [True, False]},
+        "rl-seed1/trained-eval": {"b": [True, False], "c": [True, True]},
+        "rl-seed1/other-eval": {"a": [False, False]},
+    }
+    asked: dict[str, list[str]] = {}
+
+    def fake(cfg: object, model: Path, ids: list[str], temperature: float, run_dir: Path, console: object) -> dict[str, list[bool]]:
+        key = "warm" if run_dir.name.startswith("trained-warm") else f"{run_dir.parent.name}/{run_dir.name}"
+        asked[key] = ids
+        return {t: outcomes[key][t] for t in ids}
+
+    monkeypatch.setattr(rl, "sampled_outcomes", fake)
+    monkeypatch.setattr(rl, "trained_task_ids", lambda d: trained[d])
+    monkeypatch.setattr(rl, "final_model", lambda d: d / "export-final")
+    cfg = load_config(None, ["train.group_size=2"])
+    f = rl.trained_tasks_figures(cfg, tmp_path / "warm", tmp_path, runs, Console())
+    assert asked == {
+        "warm": ["a", "b", "c"], "rl-seed0/trained-eval": ["a", "b"], "rl-seed0/other-eval": ["c"],
+        "rl-seed1/trained-eval": ["b", "c"], "rl-seed1/other-eval": ["a"],
+    }  # fmt: skip
+    assert f["trained_tasks"] == [2, 2] and f["untrained_edge_tasks"] == [1, 1]
+    assert f["trained_warm_pass_rate"] == [0.25, 0.5] and f["trained_rl_pass_rate"] == [0.5, 0.75]
+    assert f["trained_rise"] == pytest.approx(0.25)  # (+0.5, 0, +0.5, 0) over the four seed-task pairs
+    assert f["trained_edge_pairs"] == 2 and f["trained_edge_rise"] == pytest.approx(0.25)  # a (+0.5), c (0)
+    assert f["untrained_edge_rise"] == pytest.approx(-0.5)  # c: 1.0 -> 0.5, a: 0.5 -> 0.0

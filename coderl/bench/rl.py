@@ -31,7 +31,11 @@ trained on, rolled out ``train.group_size`` times at the rollout temperature und
 under the run's final weights (``coderl export``): ``trained_tasks`` (per seed), ``trained_warm_pass_rate``
 and ``trained_rl_pass_rate`` (per seed), ``trained_rise`` with ``trained_rise_ci95`` (bootstrap over
 (seed, task) pairs). It tells an RL phase that does not move its own tasks from one whose gains do not
-carry to held-out ones; it is no learning claim (those tasks are trained on).
+carry to held-out ones; it is no learning claim (those tasks are trained on). Its control, with two
+seeds or more: each run's final weights on the tasks the warm start solved at least once that only
+other seeds trained on (``untrained_edge_tasks`` per seed, ``untrained_edge_rise`` with
+``untrained_edge_rise_ci95``), beside the same figure for such tasks a run did train on
+(``trained_edge_pairs``, ``trained_edge_rise``, ``trained_edge_rise_ci95``).
 
 ``control_same_trajectories``: per control run, [held-out tasks whose greedy trajectory came out token
 for token the same in its first and last validation, tasks] — with weights unchanged, how reproducible
@@ -237,22 +241,39 @@ def trained_tasks_figures(
     """``--trained-tasks``: did each RL run get better at the tasks it trained on? The warm start and
     each run's final weights, ``train.group_size`` samples per task at the rollout temperature, on the
     tasks that run trained on (the warm start once, on all of them: it is also what an lr-0 control
-    ends with). An optimisation check, not a learning claim: these tasks are not held out."""
+    ends with). An optimisation check, not a learning claim: these tasks are not held out.
+
+    Its control, with two seeds or more: each run's final weights also on the *edge* tasks (ones the warm
+    start solved at least once here) that other seeds trained on and it did not — the same weights, the
+    same kind of task, only not trained on; against the same for the edge tasks it did train on."""
     trained = [trained_task_ids(d) for d in rl_dirs]
     every = sorted(set().union(*trained))
     digest = hashlib.sha256(",".join(every).encode()).hexdigest()[:10]
     temperature = cfg.rollout.temperature
     before = sampled_outcomes(cfg, warm, every, temperature, root / f"trained-warm-{digest}", console)
+    edge = {t for t in every if any(before[t])}
     pairs: list[tuple[float, float]] = []
+    edge_pairs: list[tuple[float, float]] = []
+    other_pairs: list[tuple[float, float]] = []
     warm_means: list[float] = []
     rl_means: list[float] = []
+    others_per_seed: list[int] = []
     for run_dir, ids in zip(rl_dirs, trained, strict=True):
-        after = sampled_outcomes(cfg, final_model(run_dir), ids, temperature, run_dir / "trained-eval", console)
+        final = final_model(run_dir)
+        after = sampled_outcomes(cfg, final, ids, temperature, run_dir / "trained-eval", console)
         seed_pairs = [(statistics.fmean(before[t]), statistics.fmean(after[t])) for t in ids]
         pairs += seed_pairs
+        edge_pairs += [p for t, p in zip(ids, seed_pairs, strict=True) if t in edge]
         warm_means.append(statistics.fmean(a for a, _ in seed_pairs) if seed_pairs else 0.0)
         rl_means.append(statistics.fmean(b for _, b in seed_pairs) if seed_pairs else 0.0)
+        others = sorted(edge - set(ids))
+        others_per_seed.append(len(others))
+        if others:
+            other = sampled_outcomes(cfg, final, others, temperature, run_dir / "other-eval", console)
+            other_pairs += [(statistics.fmean(before[t]), statistics.fmean(other[t])) for t in others]
     mean, interval = pooled_rise(pairs)
+    edge_mean, edge_interval = pooled_rise(edge_pairs)
+    other_mean, other_interval = pooled_rise(other_pairs)
     return {
         "trained_tasks": [len(ids) for ids in trained],
         "trained_samples_per_task": cfg.train.group_size,
@@ -261,6 +282,12 @@ def trained_tasks_figures(
         "trained_rl_pass_rate": rl_means,
         "trained_rise": mean,
         "trained_rise_ci95": interval,
+        "trained_edge_pairs": len(edge_pairs),
+        "trained_edge_rise": edge_mean,
+        "trained_edge_rise_ci95": edge_interval,
+        "untrained_edge_tasks": others_per_seed,
+        "untrained_edge_rise": other_mean,
+        "untrained_edge_rise_ci95": other_interval,
     }
 
 
@@ -471,6 +498,15 @@ def to_markdown(r: dict[str, Any]) -> str:
             f"{cells(r['trained_warm_pass_rate'])} -> {cells(r['trained_rl_pass_rate'])} per seed, "
             f"**{r['trained_rise']:+.3f}** [{lo:+.3f}, {hi:+.3f}] (bootstrap over seed-task pairs).",
         ]
+        if r.get("untrained_edge_tasks") and sum(r["untrained_edge_tasks"]):
+            (elo, ehi), (olo, ohi) = r["trained_edge_rise_ci95"], r["untrained_edge_rise_ci95"]
+            lines[-1] += (
+                f" On the tasks the warm start solved at least once, the same final weights: "
+                f"**{r['trained_edge_rise']:+.3f}** [{elo:+.3f}, {ehi:+.3f}] on those a run trained on "
+                f"({r['trained_edge_pairs']} seed-task pairs) against **{r['untrained_edge_rise']:+.3f}** "
+                f"[{olo:+.3f}, {ohi:+.3f}] on those only other seeds trained on "
+                f"({', '.join(map(str, r['untrained_edge_tasks']))} per seed)."
+            )
     same = [x for x in r.get("control_same_trajectories", []) if x[1]]
     if same:
         lines += ["", _reproducibility_sentence(same)]
