@@ -62,9 +62,9 @@ from typing import Any
 from rich.console import Console
 
 from coderl.bench.learn import (
-    BOOTSTRAP,
     _die_with_parent,
     _one_run,
+    bootstrap_ci95,
     config_key,
     paired_rise,
     refuse_time_bound,
@@ -300,9 +300,7 @@ def pooled_rise(pairs: list[tuple[float, float]], seed: int = 0) -> tuple[float,
     if not pairs:
         return 0.0, [0.0, 0.0]
     rises = [b - a for a, b in pairs]
-    rng = random.Random(seed)
-    means = sorted(statistics.fmean(rng.choice(rises) for _ in rises) for _ in range(BOOTSTRAP))
-    return statistics.fmean(rises), [means[int(0.025 * BOOTSTRAP)], means[int(0.975 * BOOTSTRAP) - 1]]
+    return statistics.fmean(rises), bootstrap_ci95(rises, seed)
 
 
 def bench_rl(
