@@ -15,3 +15,14 @@ class Section(BaseModel):
     quote them), and assignments are validated like construction."""
 
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, validate_assignment=True)
+
+
+def resolve_auto_dtype(data: object) -> object:
+    """A section's raw fields with ``dtype: auto`` replaced by what its ``device`` computes natively here
+    (:func:`coderl.hardware.auto_dtype`), before validation: the section, and a run's config.yaml, hold
+    the dtype that ran."""
+    if isinstance(data, dict) and data.get("dtype") == "auto":
+        from coderl.hardware import auto_dtype
+
+        return {**data, "dtype": auto_dtype(str(data.get("device") or "auto"))}
+    return data

@@ -1,6 +1,7 @@
 """Batch invariance (``engine.batch_invariant``): a greedy request's tokens and logprobs are the same
 bits alone and in a busy batch, on the real default model in bfloat16 (where a row's sums change with
-how many rows share a matmul)."""
+how many rows share a matmul) and in float32 (what ``model.dtype=auto`` picks on a CPU without native
+bfloat16)."""
 
 from __future__ import annotations
 
@@ -55,11 +56,12 @@ def _prompts(tokenizer: Any) -> list[list[int]]:
 
 
 @pytest.mark.slow
-async def test_greedy_turns_come_out_the_same_bits_alone_and_in_a_busy_batch(tokenizer: Any) -> None:
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+async def test_greedy_turns_come_out_the_same_bits_alone_and_in_a_busy_batch(tokenizer: Any, dtype: str) -> None:
     # small prefill pieces (64) so the prompts (~60-330 tokens) are prefilled in several; drafts on
     engine = EmbeddedEngine(
         EngineConfig(max_batch_size=8, prefill_chunk=64, speculate=4, batch_invariant="greedy"),
-        ModelConfig(dtype="bfloat16"),
+        ModelConfig(dtype=dtype),  # type: ignore[arg-type]
     )
     await engine.start()
     try:

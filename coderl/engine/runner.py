@@ -73,6 +73,7 @@ class ModelRunner:
         param = next(model.parameters())
         self.dtype = param.dtype
         self.device = param.device
+        self.least_rows = LEAST_ROWS.get(self.dtype, ROW_BLOCK)  # a batch-invariant segment's fewest rows
 
     def layout(self) -> KVLayout:
         return KVLayout(len(self.layers), self.shape.kv_heads, self.shape.head_dim, self.dtype, self.device)
@@ -181,9 +182,9 @@ class ModelRunner:
     def vocab_logits(self, hidden: torch.Tensor, invariant: bool = False) -> torch.Tensor:
         """float32 logits ``[S, V]`` of normed hidden states ``[S, E]``; ``invariant``: in blocks of at
         most :data:`ROW_BLOCK` rows (:meth:`forward`)."""
-        if not invariant or hidden.shape[0] <= ROW_BLOCK:
+        if not invariant or self.least_rows <= hidden.shape[0] <= ROW_BLOCK:
             return self.lm_head(hidden).float()
-        return torch.cat([self.lm_head(part).float() for part in hidden.split(ROW_BLOCK)])
+        return torch.cat([_at_least(self.lm_head, self.least_rows, part)[0].float() for part in hidden.split(ROW_BLOCK)])
 
     def decode_rows(
         self, rows: KVRows, ids: torch.Tensor, pos: torch.Tensor, row_ids: torch.Tensor, span: int
@@ -208,15 +209,18 @@ class ModelRunner:
         """The decoder layers over flat tokens ``hidden`` ``[N, E]`` at positions ``pos`` ``[N]``;
         ``segments``: the row-wise work (rotary tables, projections, norms, MLP) one call per segment
         of rows (:func:`_invariant_segments`), not one over all of them."""
-        rows = segments if segments is not None and len(segments) > 1 else None
+        least = self.least_rows
+        rows = segments if segments is not None and (len(segments) > 1 or segments[0] < least) else None
         if rows is not None:  # element-wise, but split among threads by the whole count: per segment too
-            cos, sin = _in_segments(partial(rotary, self.model), rows, hidden, pos)
+            cos, sin = _in_segments(partial(rotary, self.model), rows, hidden, pos, least=least)
         else:
             cos, sin = rotary(self.model, hidden, pos)  # [N, 1, D] each
         for li, layer in enumerate(self.layers):
             if rows is not None:
-                q, k, v = _in_segments(partial(self._qkv, layer), rows, hidden, cos, sin)
-                (hidden,) = _in_segments(partial(self._after_attention, layer), rows, hidden, attend(li, q, k, v))
+                q, k, v = _in_segments(partial(self._qkv, layer), rows, hidden, cos, sin, least=least)
+                (hidden,) = _in_segments(
+                    partial(self._after_attention, layer), rows, hidden, attend(li, q, k, v), least=least
+                )
             else:
                 q, k, v = self._qkv(layer, hidden, cos, sin)
                 hidden = self._after_attention(layer, hidden, attend(li, q, k, v))
@@ -268,11 +272,32 @@ def _invariant_segments(lengths: list[int]) -> list[int]:
     return segments
 
 
-def _in_segments(fn: Callable[..., Any], segments: list[int], *xs: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """``fn`` over the row ``segments`` of ``xs`` (the same rows of each), its outputs concatenated."""
-    outs = [fn(*parts) for parts in zip(*(x.split(segments) for x in xs), strict=True)]
-    if isinstance(outs[0], torch.Tensor):
-        return (torch.cat(outs),)
+LEAST_ROWS = {torch.bfloat16: 1}
+"""The fewest rows a batch-invariant segment's projections take, by dtype; a shorter segment is padded
+with zero rows (its own rows' results kept). Measured on the CPU kernels (each of SmolLM2-135M's
+projection shapes): oneDNN's bfloat16 gives a row the same bits at 1 to 32 rows; MKL's float32 on an
+AVX2 CPU (AMD EPYC, 1 and 2 threads) gives a row the same bits at every count from 12 rows to 2,100 and
+wherever the row sits, but not at 1 to 11 (a matrix-vector kernel at 1, other blocking below 12): so
+float32 (and any other dtype) pads to :data:`ROW_BLOCK`."""
+
+
+def _at_least(fn: Callable[..., Any], least: int, *parts: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """``fn(*parts)`` (tensors of the same rows) with fewer than ``least`` rows padded by zero rows; the
+    outputs of the real rows, as a tuple."""
+    n = parts[0].shape[0]
+    if n < least:
+        parts = tuple(torch.cat([p, p.new_zeros((least - n, *p.shape[1:]))]) for p in parts)
+    out = fn(*parts)
+    outs = (out,) if isinstance(out, torch.Tensor) else tuple(out)
+    return outs if n >= least else tuple(o[:n] for o in outs)
+
+
+def _in_segments(
+    fn: Callable[..., Any], segments: list[int], *xs: torch.Tensor, least: int = 1
+) -> tuple[torch.Tensor, ...]:
+    """``fn`` over the row ``segments`` of ``xs`` (the same rows of each; a segment of fewer than
+    ``least`` rows padded to it, :func:`_at_least`), its outputs concatenated."""
+    outs = [_at_least(fn, least, *parts) for parts in zip(*(x.split(segments) for x in xs), strict=True)]
     return tuple(torch.cat(list(parts)) for parts in zip(*outs, strict=True))
 
 

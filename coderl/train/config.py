@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from coderl.section import Section
+from coderl.section import Section, resolve_auto_dtype
 
 DEFAULT_LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
@@ -62,8 +62,9 @@ class ActorConfig(Section):
     """LoRA adapters in the last N decoder layers only (empty = every layer). The backward pass then
     stops at the lowest adapted layer and the layers below keep no activations: about (layers - N) /
     layers of the backward pass and of the activation memory saved."""
-    dtype: Literal["float32", "bfloat16"] = "float32"
-    """Compute dtype; with bfloat16, trainable weights stay float32 (master copy) under autocast."""
+    dtype: Literal["float32", "bfloat16", "auto"] = "float32"
+    """Compute dtype; with bfloat16, trainable weights stay float32 (master copy) under autocast. auto =
+    bfloat16 where actor.device computes it natively, else float32 (as model.dtype)."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """Device of the actor; auto = cuda when available, else cpu."""
     value_lr: float = Field(1e-4, ge=0.0)
@@ -81,6 +82,11 @@ class ActorConfig(Section):
     each rank takes one GPU."""
     dist_backend: Literal["auto", "gloo", "nccl"] = "auto"
     """torch.distributed backend of the ranks (actor.ranks > 1): auto = nccl on cuda, gloo on cpu."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _resolve_auto_dtype(cls, data: object) -> object:
+        return resolve_auto_dtype(data)
 
     @model_validator(mode="after")
     def _schedule_has_length(self) -> ActorConfig:
