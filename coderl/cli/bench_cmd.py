@@ -61,6 +61,12 @@ def _load(cfg: Config, ns: argparse.Namespace, console: Console) -> dict[str, An
     return bench_load(cfg, quick=ns.quick, hogs=ns.hogs, console=console)
 
 
+def _dtype(cfg: Config, ns: argparse.Namespace, console: Console) -> dict[str, Any]:
+    from coderl.bench.dtype import bench_dtype
+
+    return bench_dtype(cfg, quick=ns.quick, console=console)
+
+
 def _engine_cuda(cfg: Config, ns: argparse.Namespace, console: Console) -> dict[str, Any]:
     from coderl.bench.engine_cuda import bench_engine_cuda
 
@@ -184,6 +190,13 @@ BENCHES: dict[str, Bench] = {
         _load,
         [("--hogs", {"type": int, "default": None,
                      "help": "hog processes beside the engine (default: one per core)"})],
+        train_defaults=True,
+    ),
+    "dtype": Bench(
+        "float32 vs bfloat16 on this machine: projection matmuls and the engine's greedy decode tok/s, "
+        "side by side, and what dtype=auto picks here",
+        "dtype",
+        _dtype,
         train_defaults=True,
     ),
     "engine-cuda": Bench(
