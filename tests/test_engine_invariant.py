@@ -32,6 +32,26 @@ def test_long_chunks_are_segments_of_their_own_and_short_ones_go_in_blocks() -> 
     assert sum(_invariant_segments([7, 33, 32, 1, 2])) == 75
 
 
+def test_a_short_segment_is_padded_to_the_dtypes_fewest_rows_and_only_its_rows_come_back() -> None:
+    import torch
+
+    from coderl.engine.runner import LEAST_ROWS, _in_segments
+
+    assert LEAST_ROWS[torch.bfloat16] == 1 and LEAST_ROWS.get(torch.float32, ROW_BLOCK) == ROW_BLOCK
+    seen: list[int] = []
+
+    def double(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        seen.append(x.shape[0])
+        return 2 * x, x + y
+
+    x, y = torch.arange(10.0).reshape(5, 2), torch.ones(5, 2)
+    a, b = _in_segments(double, [3, 2], x, y, least=4)
+    assert seen == [4, 4] and torch.equal(a, 2 * x) and torch.equal(b, x + 1)  # each padded, then cut
+    seen.clear()
+    (a,) = _in_segments(lambda t: t * 3, [5], x, least=1)
+    assert torch.equal(a, 3 * x)
+
+
 def test_the_setting_reads_a_bare_off_and_names_the_choices_on_a_bad_one() -> None:
     from coderl.config import load_config
     from coderl.errors import ConfigError
@@ -61,7 +81,7 @@ async def test_greedy_turns_come_out_the_same_bits_alone_and_in_a_busy_batch(tok
     # small prefill pieces (64) so the prompts (~60-330 tokens) are prefilled in several; drafts on
     engine = EmbeddedEngine(
         EngineConfig(max_batch_size=8, prefill_chunk=64, speculate=4, batch_invariant="greedy"),
-        ModelConfig(dtype=dtype),  # type: ignore[arg-type]
+        ModelConfig(dtype=dtype),
     )
     await engine.start()
     try:
