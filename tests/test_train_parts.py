@@ -403,11 +403,6 @@ def test_phase_minutes_by_hand() -> None:
         ("start validation", 3.0), ("warm start", 8.0), ("validation after it", 2.0), ("calibration", 2.0),
         ("RL (2 steps, 32 samples)", 2.0), ("validation during and after RL", 3.0),
     ]  # fmt: skip
-    # the calibration pass beside the warm start's validation: one phase, their common wall clock
-    rows[2] |= {"calibrate_beside_validation": True, "calibrate_wall_s": 150.0}
-    assert phase_minutes(rows)[2:4] == [
-        ("validation after it and calibration, at once", 2.5), ("RL (2 steps, 32 samples)", 2.0)
-    ]
 
 
 def test_phase_memory_by_hand() -> None:
@@ -426,8 +421,6 @@ def test_phase_memory_by_hand() -> None:
         ("calibration", 2700.0), ("RL steps", 5600.0),
     ]  # fmt: skip
     assert phase_memory([{"step": 1, "pass_rate": 0.0}]) == []  # a run from before: nothing printed
-    rows[2]["calibrate_beside_validation"] = True  # one phase with the validation after the warm start
-    assert phase_memory(rows)[2] == ("validation after it and calibration, at once", 3900.0)
 
 
 def test_the_rl_budget_ends_on_the_step_whose_expected_end_passes_it() -> None:

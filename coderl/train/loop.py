@@ -24,7 +24,6 @@ groups ahead); groups more than ``train.max_staleness`` versions behind are drop
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import random
@@ -43,7 +42,6 @@ from coderl.errors import ConfigError
 from coderl.memory import PhasePeaks
 from coderl.progress import PlainProgress, progress_bars
 from coderl.rollout.runner import (
-    RolloutBounds,
     RolloutGroup,
     RolloutResult,
 )
@@ -266,15 +264,12 @@ class Trainer:
                     start = {"step": 0, "phase": "start", "policy_version": self.version}
                     start.update(await (await self._validation(progress)).run(0))
                     self._record(start, sinks)
-                calibrate = bool(cfg.train.calibrate_tasks) and self.start_step == 1
                 if cfg.sft.before_rl and not any(r.get("phase") == "sft" for r in self.rows):
-                    calibrate = calibrate and not any(r.get("phase") == "calibrate" for r in self.rows)
-                    for row in await self._warm_start(progress, calibrate):
-                        self._record(row, sinks)
-                if calibrate and not any(r.get("phase") == "calibrate" for r in self.rows):
-                    row = await self._calibrate(progress)
-                    await in_own_thread(self._save, 0, row)
-                    self._record(row, sinks)
+                    self._record(await self._warm_start(progress), sinks)
+                if cfg.train.calibrate_tasks and self.start_step == 1 and not any(
+                    r.get("phase") == "calibrate" for r in self.rows
+                ):
+                    self._record(await self._calibrate(progress), sinks)
                 taken = [r for r in self.rows if r.get("phase") is None and r.get("step", 0) >= 1]
                 budget = RLBudget(cfg.train.rl_minutes, cfg.train.steps, taken)
                 first = self.start_step
@@ -391,12 +386,9 @@ class Trainer:
         )
         return row
 
-    async def _warm_start(self, progress: Progress, calibrate: bool) -> list[dict[str, Any]]:
+    async def _warm_start(self, progress: Progress) -> dict[str, Any]:
         """Supervised warm start on ``sft.data`` (never held-out tasks), then the RL phase's fresh
-        optimizer and reference, the weights synced, a held-out validation and a checkpoint (step 0).
-        With ``calibrate``, the calibration pass rolls out beside the validation (the same weights, one
-        engine batch: neither's tail leaves the other's slots idle) and its row follows the warm
-        start's."""
+        optimizer and reference, the weights synced, a checkpoint (step 0) and a held-out validation."""
         cfg = self.cfg
         t0 = time.perf_counter()
         with self.console.status("making the warm start's demonstrations"):
@@ -442,46 +434,33 @@ class Trainer:
         self.console.print(
             f"warm start: {len(demos)} demonstrations, {len(sft_rows)} steps, nll {nll[0]:.3f} -> {nll[-1]:.3f}"
         )
-        bounds = await self.rollouts.shared_bounds() if self.rollouts is not None else None
-        validation = await self._validation(progress, bounds)
-        began = time.perf_counter()
-        validated, calibrated = await asyncio.gather(
-            validation.run(0, name="sft") if validation.wanted else _nothing(),
-            self._calibrate(progress, bounds) if calibrate else _nothing(),
-        )
-        row.update(validated)
-        row["sft_s"] = began - t0 + float(row.get("validation_s", 0.0))
+        if self.val_tasks or self.val_also_tasks:
+            row.update(await (await self._validation(progress)).run(0, name="sft"))
+        row["sft_s"] = time.perf_counter() - t0
         await in_own_thread(self._save, 0, row)
-        if not calibrated:
-            return [row]
-        if validated:  # the minutes of both at once (metrics.phase_minutes)
-            calibrated["calibrate_beside_validation"] = True
-            calibrated["calibrate_wall_s"] = round(time.perf_counter() - began, 2)
-        await in_own_thread(self._save, 0, calibrated)
-        return [row, calibrated]
+        return row
 
-    async def _calibrate(self, progress: Progress, bounds: RolloutBounds | None = None) -> dict[str, Any]:
-        """The calibration pass (:func:`coderl.train.calibrate.calibrate`); the caller saves its row with
-        step 0's checkpoint so that a resumed run keeps the estimates. ``bounds``: shared with a validation
-        rolling out at the same time."""
+    async def _calibrate(self, progress: Progress) -> dict[str, Any]:
+        """The calibration pass (:func:`coderl.train.calibrate.calibrate`), saved with step 0's checkpoint
+        so that a resumed run keeps the estimates."""
         assert self.curriculum is not None and self.rollouts is not None
         rollouts = self.rollouts
 
         async def roll(groups: list[RolloutGroup]) -> list[RolloutResult]:
-            return await rollouts.rollout(groups, progress, "calibration", bounds=bounds)
+            return await rollouts.rollout(groups, progress, "calibration")
 
         row = await calibrate(self.cfg, self.tasks, self.demonstrated, self.curriculum, roll, self.run_dir, self.console)
         row["policy_version"] = self.version
+        await in_own_thread(self._save, 0, row)
         return row
 
     # ------------------------------------------------------------------ stages
-    async def _validation(self, progress: Progress, bounds: RolloutBounds | None = None) -> Validation:
+    async def _validation(self, progress: Progress) -> Validation:
         """Held-out validation (:mod:`coderl.train.validation`) through this run's rollouts; its sets
-        run at once and share one set of bounds (``rollout.max_sandboxes`` holds for them together, and
-        for whatever else is given ``bounds``)."""
+        run at once and share one set of bounds (``rollout.max_sandboxes`` holds for them together)."""
         assert self.rollouts is not None
         rollouts = self.rollouts
-        bounds = bounds or await rollouts.shared_bounds()
+        bounds = await rollouts.shared_bounds()
 
         async def roll(groups: list[RolloutGroup], label: str, temperature: float | None) -> list[RolloutResult]:
             return await rollouts.rollout(groups, progress, label, temperature, bounds)
@@ -511,11 +490,6 @@ class Trainer:
             "row": row,
         }
         checkpoints.commit(self.run_dir, tmp, step, state, self.cfg.train.keep_checkpoints)
-
-
-async def _nothing() -> dict[str, Any]:
-    """No row: a stage that is off, in a gather of stages."""
-    return {}
 
 
 def build_policy(cfg: Config, lora: bool, model_path: Path | None, warm_start: bool = False) -> Policy:

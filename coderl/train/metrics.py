@@ -146,15 +146,10 @@ def mark_peak(row: dict[str, Any], peaks: PhasePeaks) -> None:
     release_free_memory()  # the phase's freed memory, before the next phase runs
 
 
-BESIDE = "validation after it and calibration, at once"
-"""The phase's name where the calibration pass rolled out beside the warm start's validation."""
-
-
 def phase_memory(rows: list[dict[str, Any]]) -> list[tuple[str, float]]:
     """Peak resident MB of each phase of a run that recorded them (:func:`mark_peak`): the start
     validation (with the set-up before it), the supervised warm start's steps, the validation after it,
-    the calibration pass (one phase with that validation where they rolled out at once) and the RL steps
-    (their largest)."""
+    the calibration pass and the RL steps (their largest)."""
     peaks: list[tuple[str, float]] = []
     for row in rows:
         if "rss_peak_mb" not in row or "pass_rate" in row:
@@ -166,11 +161,7 @@ def phase_memory(rows: list[dict[str, Any]]) -> list[tuple[str, float]]:
                 peaks.append(("warm start", float(row["sft_rss_peak_mb"])))
             peaks.append(("validation after it", float(row["rss_peak_mb"])))
         elif row.get("phase") == "calibrate":
-            if row.get("calibrate_beside_validation") and peaks and peaks[-1][0] == "validation after it":
-                # one phase: the warm start's row was marked after both
-                peaks[-1] = (BESIDE, max(peaks[-1][1], float(row["rss_peak_mb"])))
-            else:
-                peaks.append(("calibration", float(row["rss_peak_mb"])))
+            peaks.append(("calibration", float(row["rss_peak_mb"])))
     steps = [float(r["rss_peak_mb"]) for r in rows if "pass_rate" in r and "rss_peak_mb" in r]
     if steps:
         peaks.append(("RL steps", max(steps)))
@@ -179,9 +170,8 @@ def phase_memory(rows: list[dict[str, Any]]) -> list[tuple[str, float]]:
 
 def phase_minutes(rows: list[dict[str, Any]]) -> list[tuple[str, float]]:
     """Wall-clock minutes of each phase of a run, in order: the start validation, the warm start, the
-    validation after it, the calibration pass (one phase with that validation where they rolled out at
-    once: both from their common start to the later end), the RL steps (validations inside them apart)
-    and the validations during and after RL."""
+    validation after it, the calibration pass, the RL steps (validations inside them apart) and the
+    validations during and after RL."""
 
     def validation(row: dict[str, Any]) -> float:
         if "validation_s" in row:  # the sets of one point roll out at once: its wall clock
@@ -197,10 +187,7 @@ def phase_minutes(rows: list[dict[str, Any]]) -> list[tuple[str, float]]:
             phases.append(("warm start", (float(row.get("sft_s", 0.0)) - validation(row)) / 60))
             phases.append(("validation after it", validation(row) / 60))
         elif row.get("phase") == "calibrate":
-            if row.get("calibrate_beside_validation") and phases and phases[-1][0] == "validation after it":
-                phases[-1] = (BESIDE, float(row.get("calibrate_wall_s", 0.0)) / 60)
-            else:
-                phases.append(("calibration", float(row.get("calibrate_s", 0.0)) / 60))
+            phases.append(("calibration", float(row.get("calibrate_s", 0.0)) / 60))
     if steps:
         validate = sum(float(r.get("stage_s", {}).get("validate", 0.0)) for r in steps)
         rl = sum(float(r.get("step_s", 0.0)) for r in steps) - validate
