@@ -2,9 +2,10 @@
 
 bfloat16 halves a model's bytes, and on a CPU with bfloat16 instructions (Intel's AMX or AVX-512 BF16)
 its matmuls run faster than float32's. On a CPU without them (AVX2 only, e.g. an AMD EPYC of the Zen 3
-generation) oneDNN emulates them: measured on such a 2-core machine, a bfloat16 matmul of SmolLM2-135M's
-shapes took 7-10x the float32 one, and the main job's first validation ran ~4x as long as on a Xeon with
-AMX. ``auto`` therefore resolves to bfloat16 where the device computes it natively (a CUDA GPU that
+generation) oneDNN emulates them: measured on such a 2-core machine (`coderl bench dtype`, BENCHMARKS.md),
+the matmuls of SmolLM2-135M's projections took 2.9x (24 rows) to 7.1x (512 rows) the float32 ones and the
+engine decoded greedily at 0.32x the float32 rate; the main job's first validation was still running
+after 12.4 minutes in bfloat16 and took 5.4 in float32. ``auto`` therefore resolves to bfloat16 where the device computes it natively (a CUDA GPU that
 supports it, a CPU with those instructions, an Arm CPU with its BF16 extension) and to float32 elsewhere.
 
 Owns: reading the CPU's feature flags, and the choice. Imports nothing from coderl (the config layer,
