@@ -181,7 +181,7 @@ class ModelRunner:
 
     def vocab_logits(self, hidden: torch.Tensor, invariant: bool = False) -> torch.Tensor:
         """float32 logits ``[S, V]`` of normed hidden states ``[S, E]``; ``invariant``: in blocks of at
-        most :data:`ROW_BLOCK` rows (:meth:`forward`)."""
+        most :data:`ROW_BLOCK` rows, each of at least the dtype's :data:`LEAST_ROWS` (:meth:`forward`)."""
         if not invariant or self.least_rows <= hidden.shape[0] <= ROW_BLOCK:
             return self.lm_head(hidden).float()
         return torch.cat([_at_least(self.lm_head, self.least_rows, part)[0].float() for part in hidden.split(ROW_BLOCK)])
@@ -277,8 +277,8 @@ LEAST_ROWS = {torch.bfloat16: 1}
 with zero rows (its own rows' results kept). Measured on the CPU kernels (each of SmolLM2-135M's
 projection shapes): oneDNN's bfloat16 gives a row the same bits at 1 to 32 rows; MKL's float32 on an
 AVX2 CPU (AMD EPYC, 1 and 2 threads) gives a row the same bits at every count from 12 rows to 2,100 and
-wherever the row sits, but not at 1 to 11 (a matrix-vector kernel at 1, other blocking below 12): so
-float32 (and any other dtype) pads to :data:`ROW_BLOCK`."""
+wherever the row sits, but not at 1 (a matrix-vector kernel) nor at most counts below 12 (4 and 8 do
+match): so float32 (and any other dtype, unmeasured) pads to :data:`ROW_BLOCK`."""
 
 
 def _at_least(fn: Callable[..., Any], least: int, *parts: torch.Tensor) -> tuple[torch.Tensor, ...]:
