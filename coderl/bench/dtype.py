@@ -17,7 +17,7 @@ from typing import Any
 
 from rich.console import Console
 
-from coderl.bench.load import _measure
+from coderl.bench.load import _measure, rate_spec
 from coderl.bench.report import machine_info
 from coderl.config import Config
 from coderl.hardware import auto_dtype, native_bf16_cpu_flag
@@ -61,12 +61,8 @@ def bench_dtype(cfg: Config, quick: bool = False, console: Console | None = None
             progress.advance(bar)
         for _ in range(rounds):
             for dtype in DTYPES:
-                model = cfg.model.model_dump(mode="json") | {"dtype": dtype}
-                spec = {
-                    "config": {"engine": cfg.engine.model_dump(mode="json"), "model": model,
-                               "run": {"seed": cfg.run.seed}},
-                    "requests": 8 if quick else 24, "concurrency": 8 if quick else 24, "out_len": 16 if quick else 48,
-                }  # fmt: skip
+                n = 8 if quick else 24
+                spec = rate_spec(cfg, n, n, 16 if quick else 48, dtype=dtype)
                 engine[dtype].append(_measure(spec, dict(os.environ)))
                 progress.advance(bar)
     rates = {d: sum(v) / len(v) for d, v in engine.items()}

@@ -82,6 +82,16 @@ def _stop(hogs: list[subprocess.Popen[bytes]]) -> None:
         h.wait()
 
 
+def rate_spec(cfg: Config, requests: int, concurrency: int, out_len: int, **model: Any) -> dict[str, Any]:
+    """What a fresh process measures (:func:`_measure`): ``cfg``'s engine and model (``model``: keys of
+    the model section replaced) decoding ``requests`` greedy requests, ``concurrency`` at once."""
+    return {
+        "config": {"engine": cfg.engine.model_dump(mode="json"),
+                   "model": cfg.model.model_dump(mode="json") | model, "run": {"seed": cfg.run.seed}},
+        "requests": requests, "concurrency": concurrency, "out_len": out_len,
+    }  # fmt: skip
+
+
 def _measure(spec: dict[str, Any], env: dict[str, str]) -> float:
     out = subprocess.run(
         [sys.executable, "-m", "coderl.bench.load", "rate", json.dumps(spec)],
@@ -99,13 +109,7 @@ def bench_load(
     alone and beside ``hogs`` hog processes (default: one per core), per OpenMP policy."""
     console = console or Console(stderr=True)
     n_hogs = hogs if hogs is not None else (os.cpu_count() or 1)
-    spec = {
-        "config": {"engine": cfg.engine.model_dump(mode="json"), "model": cfg.model.model_dump(mode="json"),
-                   "run": {"seed": cfg.run.seed}},
-        "requests": 8 if quick else 16,
-        "concurrency": 8,
-        "out_len": 16 if quick else 48,
-    }  # fmt: skip
+    spec = rate_spec(cfg, 8 if quick else 16, 8, 16 if quick else 48)
     rounds = 1 if quick else 2
     results: dict[str, dict[str, list[float]]] = {p: {"alone": [], "loaded": []} for p in POLICIES}
     with progress_bars(console, name="bench load") as progress:
