@@ -1,5 +1,6 @@
-"""`coderl bench dtype --quick`: float32 and bfloat16 measured side by side (matmuls in process, the
-engine in processes of its own), what `dtype: auto` picks here, and the section's table."""
+"""`coderl bench dtype --quick`: float32 (on MKL and on oneDNN's packed weights) and bfloat16 measured
+side by side (matmuls in process, the engine in processes of its own), what `dtype: auto` picks here,
+and the section's tables."""
 
 from __future__ import annotations
 
@@ -20,16 +21,22 @@ def test_bench_dtype_quick_measures_both_dtypes(capsys: pytest.CaptureFixture[st
                  f"model.path={tiny_checkpoint()}"]) == 0  # fmt: skip
     result = json.loads(capsys.readouterr().out)
     assert result["auto_picks"] == auto_dtype("auto")
-    assert set(result["engine_tok_s"]) == {"float32", "bfloat16"} and all(v > 0 for v in result["engine_tok_s"].values())
-    assert result["engine_ratio"] == pytest.approx(result["engine_tok_s"]["bfloat16"] / result["engine_tok_s"]["float32"])
+    rates = result["engine_tok_s"]
+    if not result["setup"]["packs"]:
+        pytest.skip("this torch build has no oneDNN linear packing: float32 ran on MKL only")
+    assert set(rates) == {"float32", "float32_mkl", "bfloat16"} and all(v > 0 for v in rates.values())
+    assert result["engine_ratio"] == pytest.approx(rates["bfloat16"] / rates["float32"])
+    assert result["engine_packed_speedup"] == pytest.approx(rates["float32"] / rates["float32_mkl"])
     for label, ms in result["matmul_ms"].items():
-        assert ms["float32"] > 0 and ms["bfloat16"] > 0
+        assert ms["float32"] > 0 and ms["bfloat16"] > 0 and ms["float32_packed"] > 0
         assert result["matmul_ratio"][label] == pytest.approx(ms["bfloat16"] / ms["float32"])
+        assert result["packed_matmul_ratio"][label] == pytest.approx(ms["float32_packed"] / ms["float32"])
 
 
 def test_a_matmul_is_timed_in_the_dtype_asked() -> None:
     assert 0 < matmul_ms(4, (64, 32), "float32", 2) < 1000
     assert 0 < matmul_ms(4, (64, 32), "bfloat16", 2) < 1000
+    assert 0 < matmul_ms(4, (64, 32), "float32", 2, packed=True) < 1000
 
 
 def test_the_section_gives_each_ratio_and_the_choice() -> None:
@@ -43,3 +50,9 @@ def test_the_section_gives_each_ratio_and_the_choice() -> None:
     }  # fmt: skip
     table = to_markdown(result)
     assert "**8.00×**" in table and "**0.25×**" in table and "picks **float32**" in table and "**none**" in table
+    assert "oneDNN packed" not in table  # no packed figures measured: no such table
+    result["matmul_ms"]["decode (24 rows)"]["float32_packed"] = 1.5
+    result |= {"packed_matmul_ratio": {"decode (24 rows)": 0.75}, "engine_packed_speedup": 1.25}
+    result["engine_tok_s"]["float32_mkl"] = 80.0
+    table = to_markdown(result)
+    assert "| 2.00 | 1.50 | **0.75×** |" in table and "| 80.0 | 100.0 | **1.25×** (speed-up) |" in table

@@ -1,7 +1,7 @@
 """Batch invariance (``engine.batch_invariant``): a greedy request's tokens and logprobs are the same
 bits alone and in a busy batch, on the real default model in bfloat16 (where a row's sums change with
 how many rows share a matmul) and in float32 (what ``model.dtype=auto`` picks on a CPU without native
-bfloat16)."""
+bfloat16), the latter with its linear layers on oneDNN's packed weights (the default) and on MKL."""
 
 from __future__ import annotations
 
@@ -76,11 +76,14 @@ def _prompts(tokenizer: Any) -> list[list[int]]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
-async def test_greedy_turns_come_out_the_same_bits_alone_and_in_a_busy_batch(tokenizer: Any, dtype: str) -> None:
-    # small prefill pieces (64) so the prompts (~60-330 tokens) are prefilled in several; drafts on
+@pytest.mark.parametrize(("dtype", "packed"), [("bfloat16", True), ("float32", True), ("float32", False)])
+async def test_greedy_turns_come_out_the_same_bits_alone_and_in_a_busy_batch(
+    tokenizer: Any, dtype: str, packed: bool
+) -> None:
+    # small prefill pieces (64) so the prompts (~60-330 tokens) are prefilled in several; drafts on.
+    # float32 packed: oneDNN with single rows unpadded; not packed: MKL with short segments padded
     engine = EmbeddedEngine(
-        EngineConfig(max_batch_size=8, prefill_chunk=64, speculate=4, batch_invariant="greedy"),
+        EngineConfig(max_batch_size=8, prefill_chunk=64, speculate=4, batch_invariant="greedy", pack_weights=packed),
         ModelConfig(dtype=dtype),
     )
     await engine.start()
@@ -108,6 +111,7 @@ async def test_greedy_turns_come_out_the_same_bits_alone_and_in_a_busy_batch(tok
                 assert x.logprobs == y.logprobs  # bit for bit, not close
         for a, b in zip(alone, busy, strict=False):  # second turns reused their session's KV, alike
             assert a[1].cached_tokens == b[1].cached_tokens > 0
+        assert engine.runner.least_rows == (ROW_BLOCK if (dtype, packed) == ("float32", False) else 1)
         stats = engine.stats()
         assert stats["invariant_steps"] > 0
         assert stats["accepted_draft_tokens"] > 0  # drafts were verified and kept

@@ -34,6 +34,7 @@ from coderl.engine.base import Engine, TokenSink
 from coderl.engine.config import EngineConfig, ModelConfig
 from coderl.engine.draft import NGramDraft
 from coderl.engine.kv_cache import KVRows, PrefixCache, SequenceKV, copy_prefix
+from coderl.engine.packed import can_pack, drop_packed, pack_linears
 from coderl.engine.params import SamplingParams
 from coderl.engine.runner import Chunk, DecodeStep, ModelRunner
 from coderl.engine.sampler import SampleRequest, sample, verify_draft
@@ -185,7 +186,9 @@ class EmbeddedEngine(Engine):
 
         self.checkpoint = resolve_checkpoint(self.model_cfg.path, self.model_cfg.cache_dir)
         device = torch_device(self.model_cfg.device)
-        model = load_model(self.checkpoint, torch_dtype(self.model_cfg.dtype), device)
+        dtype = torch_dtype(self.model_cfg.dtype)
+        model = load_model(self.checkpoint, dtype, device)
+        packed = self.cfg.pack_weights and can_pack(device, dtype) and pack_linears(model) > 0
         self._runner = ModelRunner(model)
         self._tokenizer = load_tokenizer(self.checkpoint)
         self.eos_token_ids = frozenset(_eos_ids(model, self._tokenizer))
@@ -205,11 +208,12 @@ class EmbeddedEngine(Engine):
                 self.name, self.cfg.batch_invariant, self._runner.device.type,
             )  # fmt: skip
         log.info(
-            "%s: %s on %s (%s, %s decode attention%s%s), policy v%d",
+            "%s: %s on %s (%s%s, %s decode attention%s%s), policy v%d",
             self.name,
             self.checkpoint.name,
             device,
             self.model_cfg.dtype,
+            ", oneDNN-packed linear weights" if packed else "",
             "batched" if self._rows is not None else "per-sequence",
             ", CUDA graphs" if self._decode_step is not None else "",
             # a greedy run's bits depend on the thread count (docs/engine.md): say it
@@ -691,6 +695,7 @@ class EmbeddedEngine(Engine):
         _resolve(upd.loop, upd.future, result=self._version)
 
     def _empty_parameters(self) -> None:
+        drop_packed(self.runner.model)
         for p in self.runner.model.parameters():
             p.data = torch.empty(0, dtype=p.dtype, device=p.device)
 

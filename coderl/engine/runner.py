@@ -25,6 +25,7 @@ import torch.nn.functional as F
 
 from coderl.engine.decoder import AttentionShape, project_qkv, rotary, unsupported_reason
 from coderl.engine.kv_cache import KVLayout, KVRows, SequenceKV
+from coderl.engine.packed import PackedLinear
 from coderl.errors import EngineError
 
 
@@ -73,7 +74,8 @@ class ModelRunner:
         param = next(model.parameters())
         self.dtype = param.dtype
         self.device = param.device
-        self.least_rows = LEAST_ROWS.get(self.dtype, ROW_BLOCK)  # a batch-invariant segment's fewest rows
+        packed = any(isinstance(m, PackedLinear) for m in model.modules())  # a row the same bits at any count
+        self.least_rows = 1 if packed else LEAST_ROWS.get(self.dtype, ROW_BLOCK)  # an invariant segment's fewest
 
     def layout(self) -> KVLayout:
         return KVLayout(len(self.layers), self.shape.kv_heads, self.shape.head_dim, self.dtype, self.device)
@@ -278,7 +280,9 @@ with zero rows (its own rows' results kept). Measured on the CPU kernels (each o
 projection shapes): oneDNN's bfloat16 gives a row the same bits at 1 to 32 rows; MKL's float32 on an
 AVX2 CPU (AMD EPYC, 1 and 2 threads) gives a row the same bits at every count from 12 rows to 2,100 and
 wherever the row sits, but not at 1 (a matrix-vector kernel) nor at most counts below 12 (4 and 8 do
-match): so float32 (and any other dtype, unmeasured) pads to :data:`ROW_BLOCK`."""
+match): so float32 on MKL (and any other dtype, unmeasured) pads to :data:`ROW_BLOCK`. Linear layers
+packed for oneDNN (:mod:`coderl.engine.packed`, float32 on the CPU by default) gave a row the same bits
+at every count from 1 to 2,100 on that CPU: a runner with them takes 1."""
 
 
 def _at_least(fn: Callable[..., Any], least: int, *parts: torch.Tensor) -> tuple[torch.Tensor, ...]:
