@@ -2,9 +2,9 @@
 
 PyTorch's float32 ``F.linear`` on the CPU goes to MKL's sgemm, which re-lays the weight out on every
 call. At the row counts of a decode step (8 to 120 rows) that costs more than the arithmetic: on a
-2-core AVX2 CPU (AMD EPYC, Zen 3) oneDNN's matmul with the weight packed once took 0.72x MKL's time
-for SmolLM2-135M's MLP projections at 24 rows and 0.49x for its vocabulary projection (``coderl bench
-dtype`` reports the engine's decode rate both ways). Packed, a row also comes out the same bits at
+2-core AVX2 CPU (AMD EPYC, Zen 3) oneDNN's matmul with the weight packed once took 0.47x MKL's time
+for SmolLM2-135M's five projection shapes at 24 rows (0.81x at a prefill piece's 512), and the
+engine's greedy decode ran 1.26x as fast (``coderl bench dtype``, which measures both ways). Packed, a row also comes out the same bits at
 every row count from 1 to 2,100 and wherever it sits in the batch (MKL: not at 1 row, nor at most
 counts below 12), which is what ``engine.batch_invariant`` needs.
 
