@@ -24,6 +24,7 @@ from rich.console import Console
 from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
 
 from coderl.bench.report import machine_info, percentile
+from coderl.checkpoint import load_model, torch_device, torch_dtype
 from coderl.config import Config
 from coderl.engine.embedded import EmbeddedEngine
 from coderl.engine.params import SamplingParams
@@ -42,7 +43,6 @@ async def bench_engine(cfg: Config, quick: bool = False, console: Console | None
     out_len = 16 if quick else 64
     engine = EmbeddedEngine(cfg.engine, cfg.model, seed=cfg.run.seed)
     await engine.start()
-    model = engine.runner.model
     vocab = engine.runner.vocab_size
     params = SamplingParams(max_tokens=out_len, temperature=0, ignore_eos=True)
     levels = (1, 4, 8) if quick else CONCURRENCY
@@ -81,6 +81,10 @@ async def bench_engine(cfg: Config, quick: bool = False, console: Console | None
         await alt.stop()
         progress.advance(bar)
         progress.update(bar, description="HF generate, sequential")
+        # a stock Hugging Face model of the same checkpoint and dtype: the engine's own has its float32
+        # linear layers packed for oneDNN (engine.pack_weights), which is the engine's doing, not HF's
+        assert engine.checkpoint is not None  # set when it started
+        model = load_model(engine.checkpoint, torch_dtype(cfg.model.dtype), torch_device(cfg.model.device))
         seq = prompts[: n_req[1]]
         t0 = time.perf_counter()
         for p in seq:
