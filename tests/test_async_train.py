@@ -5,6 +5,7 @@ forgetting. (`coderl train train.mode=async` end to end is in test_train_e2e.py.
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 
 import pytest
@@ -169,6 +170,18 @@ async def test_the_idle_clock_counts_only_time_with_no_request_out() -> None:
     assert clock.idle_s() - before < 0.05  # three overlapping requests: busy the whole 0.2 s
     await asyncio.sleep(0.1)
     assert clock.idle_s() - before >= 0.09
+
+
+async def test_idle_seconds_read_at_a_windows_own_ends_never_exceed_the_window() -> None:
+    """An idle engine over a window: read at the window's own two readings, the idle seconds equal the
+    window up to float rounding (the training loop's idle fraction was once 1.0002, read a moment late)."""
+    clock = IdleClock(ScriptedEngine())
+    for _ in range(50):
+        began = time.perf_counter()
+        idle = clock.idle_s(began)
+        await asyncio.sleep(0)
+        ended = time.perf_counter()
+        assert clock.idle_s(ended) - idle <= ended - began + 1e-9
 
 
 async def test_the_ledger_forgets_one_trajectory_and_still_checks_its_siblings() -> None:

@@ -33,7 +33,10 @@ class IdleClock(EngineView):
             if self._out == 0:
                 self._idle_from = time.perf_counter()
 
-    def idle_s(self) -> float:
-        """Idle seconds since this view was made."""
-        now = time.perf_counter()
+    def idle_s(self, now: float | None = None) -> float:
+        """Idle seconds from when this view was made to ``now`` (a ``time.perf_counter()`` reading
+        taken with no await since; by default, this moment). Passing the reading that also times a
+        window keeps the idle seconds within it: an idle fraction is never above 1."""
+        if now is None:
+            now = time.perf_counter()
         return self._idle + (now - self._idle_from if self._idle_from is not None else 0.0)

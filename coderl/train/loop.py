@@ -318,7 +318,8 @@ class Trainer:
         last = step == cfg.train.steps if last is None else last
         assert self.rollouts is not None and self.clock is not None
         timer = StageTimer()
-        began, idle = time.perf_counter(), self.clock.idle_s()
+        began = time.perf_counter()
+        idle = self.clock.idle_s(began)
         waited = self.producer.waited_s if self.producer is not None else 0.0
         retried = self.backend.retried
         with timer("rollout"):
@@ -374,14 +375,15 @@ class Trainer:
             with timer("validate"):
                 row.update(await (await self._validation(progress)).run(step))
         row.update(timer.row())
-        wall = time.perf_counter() - began
+        ended = time.perf_counter()
+        wall = ended - began
         trainer_idle = (
             self.producer.waited_s - waited
             if self.producer is not None
             else row["stage_s"].get("rollout", 0.0)
         )
         row.update(
-            engine_idle_fraction=round((self.clock.idle_s() - idle) / max(wall, 1e-9), 4),
+            engine_idle_fraction=round((self.clock.idle_s(ended) - idle) / max(wall, 1e-9), 4),
             trainer_idle_fraction=round(trainer_idle / max(wall, 1e-9), 4),
         )
         return row
