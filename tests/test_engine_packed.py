@@ -49,6 +49,33 @@ def test_a_rows_bits_do_not_depend_on_how_many_rows_share_the_call_or_where_it_s
         assert torch.equal(moved[7], whole[0])
 
 
+def test_a_rows_bits_through_a_layers_row_wise_work_hold_up_to_the_packed_row_block() -> None:
+    """The row-wise half of a decoder layer (RMSNorm, the packed gated MLP, the residual) at
+    SmolLM2-135M's shapes: a row's bits are the same alone and among up to PACKED_ROW_BLOCK rows,
+    which is what lets a batch-invariant step run its rows in one call (coderl/engine/runner.py)."""
+    from transformers import LlamaConfig
+    from transformers.models.llama.modeling_llama import LlamaMLP, LlamaRMSNorm
+
+    from coderl.engine.runner import PACKED_ROW_BLOCK
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(hidden_size=576, intermediate_size=1536, hidden_act="silu")
+    norm, mlp = LlamaRMSNorm(576), LlamaMLP(cfg)
+    norm.weight.data.uniform_(0.5, 1.5)
+    assert pack_linears(mlp) == 3
+
+    def rows(x: torch.Tensor) -> torch.Tensor:
+        return x + mlp(norm(x))
+
+    x = torch.randn(PACKED_ROW_BLOCK, 576)
+    with torch.inference_mode():
+        whole = rows(x)
+        for n in (1, 2, 7, 33, 120, 700):
+            assert torch.equal(rows(x[:n]), whole[:n]), n
+        moved = rows(torch.cat([x[500:900], x[:1]]))
+        assert torch.equal(moved[400], whole[0])
+
+
 def test_the_packed_copy_follows_in_place_updates_releases_and_drops() -> None:
     plain = _linear(64, 32)
     packed = PackedLinear(plain)

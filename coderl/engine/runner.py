@@ -76,6 +76,7 @@ class ModelRunner:
         self.device = param.device
         packed = any(isinstance(m, PackedLinear) for m in model.modules())  # a row the same bits at any count
         self.least_rows = 1 if packed else LEAST_ROWS.get(self.dtype, ROW_BLOCK)  # an invariant segment's fewest
+        self.row_block = PACKED_ROW_BLOCK if packed else ROW_BLOCK  # and its most
 
     def layout(self) -> KVLayout:
         return KVLayout(len(self.layers), self.shape.kv_heads, self.shape.head_dim, self.dtype, self.device)
@@ -166,7 +167,7 @@ class ModelRunner:
                 )[0].transpose(0, 1)  # [n, H, D]
             return out
 
-        segments = _invariant_segments([end - start for start, end, _ in spans]) if invariant else None
+        segments = _invariant_segments([end - start for start, end, _ in spans], self.row_block) if invariant else None
         hidden = self._layers(self.embed(ids), pos, attend, segments)  # [N, E]
         rows_out = [
             row
@@ -256,18 +257,24 @@ same bits at 1 to 32 rows as alone, and past 32 some rows' differ with the row c
 of the down projection's; the vocabulary projection's at 33 to 301)."""
 
 
-def _invariant_segments(lengths: list[int]) -> list[int]:
+PACKED_ROW_BLOCK = 2048
+"""Most rows a projection takes at once in a batch-invariant step when the linear layers are packed for
+oneDNN (:mod:`coderl.engine.packed`): there a row came out the same bits at every count from 1 to
+2,100 (an AVX2 CPU), so the decoding tokens and drafts of a whole step go in one call, not per 32."""
+
+
+def _invariant_segments(lengths: list[int], block: int = ROW_BLOCK) -> list[int]:
     """Row segments of a batch-invariant step whose chunks have ``lengths`` new tokens, in order: a
-    chunk longer than :data:`ROW_BLOCK` (a prefill piece, the same rows whatever shares the step) is a
-    segment of its own; runs of shorter ones (decoding tokens, drafts) go in blocks of at most
-    :data:`ROW_BLOCK` rows, where every row comes out as it would alone."""
+    chunk longer than ``block`` (a prefill piece, the same rows whatever shares the step) is a
+    segment of its own; runs of shorter ones (decoding tokens, drafts, packed: prefill pieces) go in
+    blocks of at most ``block`` rows, where every row comes out as it would alone."""
     segments: list[int] = []
     run = 0
     for n in [*lengths, None]:
-        if n is not None and n <= ROW_BLOCK:
+        if n is not None and n <= block:
             run += n
             continue
-        segments += [ROW_BLOCK] * (run // ROW_BLOCK) + ([run % ROW_BLOCK] if run % ROW_BLOCK else [])
+        segments += [block] * (run // block) + ([run % block] if run % block else [])
         run = 0
         if n is not None:
             segments.append(n)
