@@ -55,6 +55,13 @@ def _speculate(cfg: Config, ns: argparse.Namespace, console: Console) -> dict[st
     return asyncio.run(bench_speculate(cfg, path, ns.speculate, quick=ns.quick, console=console))
 
 
+def _invariant(cfg: Config, ns: argparse.Namespace, console: Console) -> dict[str, Any]:
+    from coderl.bench.invariant import bench_invariant
+
+    path = Path(ns.trajectories) if ns.trajectories else None
+    return asyncio.run(bench_invariant(cfg, path, quick=ns.quick, console=console))
+
+
 def _load(cfg: Config, ns: argparse.Namespace, console: Console) -> dict[str, Any]:
     from coderl.bench.load import bench_load
 
@@ -180,6 +187,16 @@ BENCHES: dict[str, Bench] = {
         [
             ("--speculate", {"type": int, "default": 4, "help": "draft length compared with 0 (default 4)"}),
             ("--trajectories", {"default": "", "metavar": "FILE", "help": "replay the model turns of a run's trajectories.jsonl (with model.path the model that wrote them) instead of asking the model to copy bundled functions"}),
+        ],
+        train_defaults=True,
+    ),
+    "invariant": Bench(
+        "what engine.batch_invariant costs on greedy agent sessions (off vs greedy, and a packed step's rows "
+        "in one call vs 32-row blocks): tok/s, steps, same tokens",
+        "invariant",
+        _invariant,
+        [
+            ("--trajectories", {"default": "", "metavar": "FILE", "help": "replay the sessions of a run's trajectories.jsonl (with model.path the model that wrote them) instead of asking the model to copy bundled functions"}),
         ],
         train_defaults=True,
     ),

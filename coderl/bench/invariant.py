@@ -1,0 +1,192 @@
+"""``coderl bench invariant``: what batch invariance (``engine.batch_invariant``) costs the embedded
+engine on agent sessions, and what running a step's rows in one call (packed float32) saves.
+
+The workload is sessions of greedy turns, all at once, as a validation sends them: with
+``--trajectories FILE`` the model turns of a run's recorded trajectories (each trajectory one session,
+its turns one after the other, each sent with the context it had and as many tokens as it wrote, to
+the model that wrote them, ``model.path``); without it, one-turn sessions asking the model to copy a
+bundled function. Modes, each in an engine of its own, alternating over the rounds:
+
+- ``off``: no request invariant (batched decode attention where the engine has it, shared prompts);
+- ``greedy``: the config's engine as it is (the main job's setting), greedy requests the same bits
+  whatever shares their steps;
+- ``greedy, 32-row blocks`` (only where the linear layers are packed, float32 on the CPU): the same,
+  with the step's rows projected in blocks of at most 32 as before packing made every row count give
+  a row the same bits.
+
+Every mode should write the same tokens (greedy, and the modes change only the arithmetic's order):
+``same_tokens`` counts the sessions that agree with ``greedy``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
+
+from coderl.bench.report import machine_info
+from coderl.bench.speculate import Request, copy_requests
+from coderl.config import Config
+from coderl.engine.embedded import EmbeddedEngine
+from coderl.engine.params import SamplingParams
+from coderl.engine.runner import ROW_BLOCK
+from coderl.errors import ConfigError
+from coderl.progress import progress_bars
+
+Session = list[Request]
+"""One session's turns in order: each turn's prompt ids and how many tokens it writes."""
+
+BLOCKS = "greedy, 32-row blocks"
+
+
+def trajectory_sessions(path: Path, limit: int) -> list[Session]:
+    """The model turns (``response_mask`` 1 runs) of the first ``limit`` recorded trajectories, one
+    session per trajectory, each turn with its context."""
+    if not path.is_file():
+        raise ConfigError(f"--trajectories {path}: no such file; name a run's trajectories.jsonl")
+    out: list[Session] = []
+    with path.open() as lines:
+        for line in lines:
+            t = json.loads(line)
+            ctx, ids = t["prompt_ids"], t["response_ids"]
+            turns: Session = []
+            at = 0
+            for flag, run in itertools.groupby(t["response_mask"]):
+                n = len(list(run))
+                if flag == 1:
+                    turns.append((ctx + ids[:at], n))
+                at += n
+            if turns:
+                out.append(turns)
+            if len(out) >= limit:
+                break
+    if not out:
+        raise ConfigError(f"--trajectories {path}: no model turn in it (no response_mask 1)")
+    return out
+
+
+async def _run(
+    cfg: Config, mode: str, sessions: list[Session]
+) -> tuple[dict[str, Any], list[list[list[int]]]]:
+    setting = "off" if mode == "off" else cfg.engine.batch_invariant
+    if setting == "off" and mode != "off":
+        setting = "greedy"
+    engine = EmbeddedEngine(
+        cfg.engine.model_copy(update={"batch_invariant": setting}), cfg.model, seed=cfg.run.seed
+    )
+    await engine.start()
+    try:
+        if mode == BLOCKS:
+            engine.runner.row_block = ROW_BLOCK
+        await engine.generate(
+            sessions[0][0][0][:16], SamplingParams(max_tokens=4, ignore_eos=True)
+        )  # warm-up
+        before = engine.stats()
+
+        async def one(i: int, turns: Session) -> list[list[int]]:
+            out = []
+            for prompt, n in turns:
+                params = SamplingParams(max_tokens=n, temperature=0, ignore_eos=True)
+                out.append((await engine.generate(prompt, params, session_id=f"bench-{i}")).token_ids)
+            return out
+
+        t0 = time.perf_counter()
+        outputs = await asyncio.gather(*(one(i, s) for i, s in enumerate(sessions)))
+        seconds = time.perf_counter() - t0
+        after = engine.stats()
+    finally:
+        await engine.stop()  # one engine thread (and its OpenMP team) at a time
+    tokens = sum(len(turn) for session in outputs for turn in session)
+    return {"tok_s": tokens / seconds, "tokens": tokens, "seconds": seconds,
+            "steps": after["steps"] - before["steps"]}, outputs  # fmt: skip
+
+
+async def bench_invariant(
+    cfg: Config, trajectories: Path | None = None, quick: bool = False, console: Console | None = None
+) -> dict[str, Any]:
+    console = console or Console(stderr=True)
+    if trajectories is not None:
+        sessions = trajectory_sessions(trajectories, 4 if quick else 24)
+    else:
+        from coderl.checkpoint import load_tokenizer, resolve_checkpoint
+
+        tokenizer = load_tokenizer(resolve_checkpoint(cfg.model.path, cfg.model.cache_dir))
+        sessions = [[r] for r in copy_requests(tokenizer, 4 if quick else 24, 32 if quick else 128)]
+    probe = EmbeddedEngine(cfg.engine, cfg.model, seed=cfg.run.seed)
+    await probe.start()
+    packed = probe.runner.row_block != ROW_BLOCK
+    await probe.stop()
+    modes = ["greedy", "off", *([BLOCKS] if packed else [])]
+    rounds = 1 if quick else 2
+    runs: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
+    outs: dict[str, list[list[list[int]]]] = {}
+    with progress_bars(
+        console, TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn()
+    ) as progress:
+        bar = progress.add_task("invariant", total=rounds * len(modes))
+        for r in range(rounds):
+            for mode in modes if r % 2 == 0 else modes[::-1]:
+                progress.update(bar, description=f"round {r + 1}: {mode}")
+                run, out = await _run(cfg, mode, sessions)
+                runs[mode].append(run)
+                outs.setdefault(mode, out)
+                progress.advance(bar)
+    tok_s = {m: sum(x["tok_s"] for x in runs[m]) / rounds for m in modes}
+    return {
+        "modes": modes,
+        "tok_s": tok_s,
+        "runs": runs,
+        "greedy_vs_off": tok_s["greedy"] / tok_s["off"],
+        **({"whole_step_vs_blocks": tok_s["greedy"] / tok_s[BLOCKS]} if packed else {}),
+        "same_tokens": {m: sum(a == b for a, b in zip(outs[m], outs["greedy"], strict=True)) for m in modes},
+        "setup": {
+            "sessions": len(sessions),
+            "turns": sum(map(len, sessions)),
+            "workload": str(trajectories) if trajectories is not None else "copy a bundled function",
+            "model": str(cfg.model.path or "SmolLM2-135M-Instruct"),
+            "dtype": cfg.model.dtype,
+            "packed": packed,
+            "speculate": cfg.engine.speculate,
+            "max_batch_size": cfg.engine.max_batch_size,
+            "rounds": rounds,
+            "quick": quick,
+        },
+        "machine": machine_info(),
+    }
+
+
+def to_markdown(r: dict[str, Any]) -> str:
+    m, s = r["machine"], r["setup"]
+    rows = []
+    for mode in r["modes"]:
+        per = " / ".join(f"{x['tok_s']:.1f}" for x in r["runs"][mode])
+        steps = " / ".join(str(x["steps"]) for x in r["runs"][mode])
+        rows.append(
+            f"| {mode} | **{r['tok_s'][mode]:.1f}** | {per} | {steps} | "
+            f"{r['same_tokens'][mode]} of {s['sessions']} |"
+        )
+    table = "\n".join(rows)
+    ratios = f"greedy ÷ off: **{r['greedy_vs_off']:.2f}×**"
+    if "whole_step_vs_blocks" in r:
+        ratios += (
+            f"; greedy (a step's rows in one call) ÷ 32-row blocks: **{r['whole_step_vs_blocks']:.2f}×**"
+        )
+    return f"""## What batch invariance costs (`coderl bench invariant`)
+
+Command: `{r.get("command", "coderl bench invariant")}` — {m["cpu"]}, {m["cores"]} cores, torch {m["torch"]},
+dtype {s["dtype"]}{" (linear layers packed)" if s["packed"] else ""}, model {s["model"]}, `engine.speculate={s["speculate"]}`,
+`max_batch_size={s["max_batch_size"]}`. {s["sessions"]} greedy sessions at once ({s["turns"]} turns; {s["workload"]}),
+each mode an engine of its own, {s["rounds"]} alternating round(s).
+
+| mode | tok/s (mean) | per round | engine steps | same tokens as greedy |
+|---|---|---|---|---|
+{table}
+
+{ratios}
+"""
