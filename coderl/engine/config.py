@@ -79,7 +79,9 @@ class EngineConfig(Section):
     (alone, or among 23 others): greedy = those at temperature 0 (a greedy validation is then
     reproducible run to run), all = every request, off = none. Costs speed in the steps such a request
     is in: the projections run per segment of rows (a chunk of over 32 rows alone, shorter ones in
-    blocks of at most 32; measured on a 2-core CPU: 0.72x the decode rate at 24 greedy requests), its
+    blocks of at most 32; float32 with pack_weights: the whole step in one call; measured on 2-core
+    CPUs: 0.72x the decode rate at 24 greedy requests in bfloat16, 0.77x on replayed greedy validation
+    sessions in packed float32, coderl bench invariant), its
     prompt is prefilled in pieces that end at multiples of prefill_chunk, it attends per sequence
     (not in batched decode rows), takes no other session's prompt KV (share_prompts), and no decode
     step is replayed as a CUDA graph. Checked bit for bit on the CPU only. Not covered: a session
