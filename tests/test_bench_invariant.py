@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from coderl.bench.invariant import BLOCKS, to_markdown, trajectory_sessions
+from coderl.bench.invariant import BLOCKS, to_markdown
+from coderl.bench.speculate import trajectory_sessions
 from coderl.cli.main import main
 from coderl.errors import ConfigError
 from tests.tiny import tiny_checkpoint

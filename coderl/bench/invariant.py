@@ -21,8 +21,6 @@ Every mode should write the same tokens (greedy, and the modes change only the a
 from __future__ import annotations
 
 import asyncio
-import itertools
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -31,44 +29,14 @@ from rich.console import Console
 from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
 
 from coderl.bench.report import machine_info
-from coderl.bench.speculate import Request, copy_requests
+from coderl.bench.speculate import Session, copy_requests, trajectory_sessions
 from coderl.config import Config
 from coderl.engine.embedded import EmbeddedEngine
 from coderl.engine.params import SamplingParams
 from coderl.engine.runner import ROW_BLOCK
-from coderl.errors import ConfigError
 from coderl.progress import progress_bars
 
-Session = list[Request]
-"""One session's turns in order: each turn's prompt ids and how many tokens it writes."""
-
 BLOCKS = "greedy, 32-row blocks"
-
-
-def trajectory_sessions(path: Path, limit: int) -> list[Session]:
-    """The model turns (``response_mask`` 1 runs) of the first ``limit`` recorded trajectories, one
-    session per trajectory, each turn with its context."""
-    if not path.is_file():
-        raise ConfigError(f"--trajectories {path}: no such file; name a run's trajectories.jsonl")
-    out: list[Session] = []
-    with path.open() as lines:
-        for line in lines:
-            t = json.loads(line)
-            ctx, ids = t["prompt_ids"], t["response_ids"]
-            turns: Session = []
-            at = 0
-            for flag, run in itertools.groupby(t["response_mask"]):
-                n = len(list(run))
-                if flag == 1:
-                    turns.append((ctx + ids[:at], n))
-                at += n
-            if turns:
-                out.append(turns)
-            if len(out) >= limit:
-                break
-    if not out:
-        raise ConfigError(f"--trajectories {path}: no model turn in it (no response_mask 1)")
-    return out
 
 
 async def _run(

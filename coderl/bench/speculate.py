@@ -56,26 +56,43 @@ def copy_requests(tokenizer: Any, n: int, max_tokens: int) -> list[Request]:
     return out
 
 
-def trajectory_requests(path: Path, limit: int) -> list[Request]:
-    """The model turns of recorded trajectories (``response_mask`` 1 runs), each with its context."""
+Session = list[Request]
+"""One recorded trajectory's model turns in order (one session's turns)."""
+
+
+def trajectory_sessions(path: Path, limit: int, turns_limit: int | None = None) -> list[Session]:
+    """The model turns (``response_mask`` 1 runs) of recorded trajectories, one session per
+    trajectory, each turn with its context: the first ``limit`` sessions, read no further than
+    ``turns_limit`` turns in all where given."""
     if not path.is_file():
         raise ConfigError(f"--trajectories {path}: no such file; name a run's trajectories.jsonl")
-    out: list[Request] = []
+    out: list[Session] = []
+    turns = 0
     with path.open() as lines:
         for line in lines:
             t = json.loads(line)
             ctx, ids = t["prompt_ids"], t["response_ids"]
+            session: Session = []
             at = 0
             for flag, run in itertools.groupby(t["response_mask"]):
                 n = len(list(run))
                 if flag == 1:
-                    out.append((ctx + ids[:at], n))
+                    session.append((ctx + ids[:at], n))
                 at += n
-            if len(out) >= limit:
+            if session:
+                out.append(session)
+                turns += len(session)
+            if len(out) >= limit or (turns_limit is not None and turns >= turns_limit):
                 break
     if not out:
         raise ConfigError(f"--trajectories {path}: no model turn in it (no response_mask 1)")
-    return out[:limit]
+    return out
+
+
+def trajectory_requests(path: Path, limit: int) -> list[Request]:
+    """The first ``limit`` model turns of recorded trajectories, each with its context."""
+    sessions = trajectory_sessions(path, limit, turns_limit=limit)
+    return [turn for session in sessions for turn in session][:limit]
 
 
 async def _run(
