@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from coderl.bench.invariant import BLOCKS, to_markdown
+from coderl.bench.invariant import BLOCKS, UNSHARED, to_markdown
 from coderl.bench.speculate import trajectory_sessions
 from coderl.cli.main import main
 from coderl.errors import ConfigError
@@ -44,12 +44,15 @@ def test_bench_invariant_quick_replays_the_sessions_in_each_mode(
     assert main(["bench", "invariant", "--quick", "--json", "--trajectories", str(path),
                  f"model.path={tiny_checkpoint()}", "model.dtype=float32"]) == 0  # fmt: skip
     r = json.loads(capsys.readouterr().out)
-    assert r["modes"][:2] == ["greedy", "off"] and (BLOCKS in r["modes"]) == r["setup"]["packed"]
+    assert r["modes"][:3] == ["greedy", "off", UNSHARED] and (BLOCKS in r["modes"]) == r["setup"]["packed"]
     assert r["setup"]["sessions"] == 2 and r["setup"]["turns"] == 3
     for mode in r["modes"]:
         (run,) = r["runs"][mode]
         assert run["tokens"] == 3 + 2 + 3 and run["steps"] > 0  # every turn wrote its recorded length
         assert r["same_tokens"][mode] == 2
+        assert run["prefill_tokens"] > 0 and run["shared_prompt_tokens"] == 0  # prompts too short to share
     assert r["greedy_vs_off"] == pytest.approx(r["tok_s"]["greedy"] / r["tok_s"]["off"])
     table = to_markdown(r)
     assert "| greedy | **" in table and "greedy ÷ off" in table and "2 of 2 |" in table
+    assert r["shared_vs_unshared"] == pytest.approx(r["tok_s"]["greedy"] / r["tok_s"][UNSHARED])
+    assert "unshared pieces: **" in table

@@ -62,12 +62,17 @@ def test_the_setting_reads_a_bare_off_and_names_the_choices_on_a_bad_one() -> No
         load_config(None, ["engine.batch_invariant=sampled"])
 
 
+SYSTEM = "You fix bugs in Python code. Read the function, find the wrong line, and write it out again. " * 6
+
+
 def _prompts(tokenizer: Any) -> list[list[int]]:
+    """Four prompts of one system prompt (~130 tokens: two 64-token pieces the sessions can share)."""
     words = "def parse(line):\n    key, _, value = line.partition('=')\n    return key.strip(), value.strip()\n"
     return [
         list(
             tokenizer.apply_chat_template(
-                [{"role": "user", "content": f"Explain, step {i}:\n" + words * (2 + 3 * i)}],
+                [{"role": "system", "content": SYSTEM},
+                 {"role": "user", "content": f"Explain, step {i}:\n" + words * (1 + 2 * i)}],
                 add_generation_prompt=True, tokenize=True, return_dict=False,
             )
         )
@@ -80,12 +85,15 @@ def _prompts(tokenizer: Any) -> list[list[int]]:
 async def test_greedy_turns_come_out_the_same_bits_alone_and_in_a_busy_batch(
     tokenizer: Any, dtype: str, packed: bool
 ) -> None:
-    # small prefill pieces (64) so the prompts (~60-330 tokens) are prefilled in several; drafts on.
-    # float32 packed: oneDNN with single rows unpadded; not packed: MKL with short segments padded
-    engine = EmbeddedEngine(
-        EngineConfig(max_batch_size=8, prefill_chunk=64, speculate=4, batch_invariant="greedy", pack_weights=packed),
-        ModelConfig(dtype=dtype),
-    )
+    # small prefill pieces (64) so the prompts (~190-380 tokens) are prefilled in several; drafts on.
+    # float32 packed: oneDNN with single rows unpadded; not packed: MKL with short segments padded.
+    # Alone, each session computes its whole prompt (share_prompts off); busy, the sessions take the
+    # system prompt's whole pieces from whichever computed them first.
+    config = EngineConfig(
+        max_batch_size=8, prefill_chunk=64, speculate=4, batch_invariant="greedy", pack_weights=packed,
+        share_prompts=False,
+    )  # fmt: skip
+    engine = EmbeddedEngine(config, ModelConfig(dtype=dtype))
     await engine.start()
     try:
         prompts = _prompts(tokenizer)
@@ -98,6 +106,8 @@ async def test_greedy_turns_come_out_the_same_bits_alone_and_in_a_busy_batch(
             return [first, second]
 
         alone = [await two_turns(i, "alone") for i in range(len(prompts))]
+        assert engine.stats()["shared_prompt_tokens"] == 0
+        engine.cfg = config.model_copy(update={"share_prompts": True})
         busy = await asyncio.gather(
             *(two_turns(i, "busy") for i in range(len(prompts))),
             *(  # sampled requests share the steps too
@@ -113,6 +123,7 @@ async def test_greedy_turns_come_out_the_same_bits_alone_and_in_a_busy_batch(
             assert a[1].cached_tokens == b[1].cached_tokens > 0
         assert engine.runner.least_rows == (ROW_BLOCK if (dtype, packed) == ("float32", False) else 1)
         stats = engine.stats()
+        assert stats["shared_prompt_tokens"] >= 4 * 128  # every busy session took the two whole pieces
         assert stats["invariant_steps"] > 0
         assert stats["accepted_draft_tokens"] > 0  # drafts were verified and kept
     finally:

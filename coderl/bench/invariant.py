@@ -12,7 +12,10 @@ bundled function. Modes, each in an engine of its own, alternating over the roun
   whatever shares their steps;
 - ``greedy, 32-row blocks`` (only where the linear layers are packed, float32 on the CPU): the same,
   with the step's rows projected in blocks of at most 32 as before packing made every row count give
-  a row the same bits.
+  a row the same bits;
+- ``greedy, unshared pieces`` (where ``engine.invariant_chunk`` is below ``prefill_chunk`` and
+  ``share_prompts`` is on): greedy requests prefill in ``prefill_chunk`` pieces and take no other
+  session's, as before invariant sessions shared their system prompt's pieces.
 
 Every mode should write the same tokens (greedy, and the modes change only the arithmetic's order):
 ``same_tokens`` counts the sessions that agree with ``greedy``.
@@ -37,6 +40,7 @@ from coderl.engine.runner import ROW_BLOCK
 from coderl.progress import progress_bars
 
 BLOCKS = "greedy, 32-row blocks"
+UNSHARED = "greedy, unshared pieces"
 
 
 async def _run(
@@ -47,9 +51,10 @@ async def _run(
     setting = "off" if mode == "off" else cfg.engine.batch_invariant
     if setting == "off" and mode != "off":
         setting = "greedy"
-    engine = EmbeddedEngine(
-        cfg.engine.model_copy(update={"batch_invariant": setting}), cfg.model, seed=cfg.run.seed
-    )
+    update: dict[str, Any] = {"batch_invariant": setting}
+    if mode == UNSHARED:
+        update |= {"share_prompts": False, "invariant_chunk": cfg.engine.prefill_chunk}
+    engine = EmbeddedEngine(cfg.engine.model_copy(update=update), cfg.model, seed=cfg.run.seed)
     await engine.start()
     packed = engine.runner.row_block != ROW_BLOCK
     try:
@@ -74,8 +79,8 @@ async def _run(
     finally:
         await engine.stop()  # one engine thread (and its OpenMP team) at a time
     tokens = sum(len(turn) for session in outputs for turn in session)
-    return {"tok_s": tokens / seconds, "tokens": tokens, "seconds": seconds,
-            "steps": after["steps"] - before["steps"]}, outputs, packed  # fmt: skip
+    counts = {k: after[k] - before[k] for k in ("steps", "prefill_tokens", "shared_prompt_tokens")}
+    return {"tok_s": tokens / seconds, "tokens": tokens, "seconds": seconds, **counts}, outputs, packed
 
 
 async def bench_invariant(
@@ -90,6 +95,8 @@ async def bench_invariant(
         tokenizer = load_tokenizer(resolve_checkpoint(cfg.model.path, cfg.model.cache_dir))
         sessions = [[r] for r in copy_requests(tokenizer, 4 if quick else 24, 32 if quick else 128)]
     modes = ["greedy", "off"]  # and 32-row blocks where the first run finds the weights packed
+    if cfg.engine.share_prompts and cfg.engine.invariant_chunk < cfg.engine.prefill_chunk:
+        modes.append(UNSHARED)
     rounds = 1 if quick else 2
     runs: dict[str, list[dict[str, Any]]] = {}
     outs: dict[str, list[list[list[int]]]] = {}
@@ -118,6 +125,7 @@ async def bench_invariant(
         "runs": runs,
         "greedy_vs_off": tok_s["greedy"] / tok_s["off"],
         **({"whole_step_vs_blocks": tok_s["greedy"] / tok_s[BLOCKS]} if packed else {}),
+        **({"shared_vs_unshared": tok_s["greedy"] / tok_s[UNSHARED]} if UNSHARED in modes else {}),
         "same_tokens": {m: sum(a == b for a, b in zip(outs[m], outs["greedy"], strict=True)) for m in modes},
         "setup": {
             "sessions": len(sessions),
@@ -127,6 +135,8 @@ async def bench_invariant(
             "dtype": cfg.model.dtype,
             "packed": packed,
             "speculate": cfg.engine.speculate,
+            "invariant_chunk": cfg.engine.invariant_chunk,
+            "prefill_chunk": cfg.engine.prefill_chunk,
             "max_batch_size": cfg.engine.max_batch_size,
             "rounds": rounds,
             "quick": quick,
@@ -141,9 +151,10 @@ def to_markdown(r: dict[str, Any]) -> str:
     for mode in r["modes"]:
         per = " / ".join(f"{x['tok_s']:.1f}" for x in r["runs"][mode])
         steps = " / ".join(str(x["steps"]) for x in r["runs"][mode])
+        first = r["runs"][mode][0]
         rows.append(
-            f"| {mode} | **{r['tok_s'][mode]:.1f}** | {per} | {steps} | "
-            f"{r['same_tokens'][mode]} of {s['sessions']} |"
+            f"| {mode} | **{r['tok_s'][mode]:.1f}** | {per} | {steps} | {first['prefill_tokens']:,} | "
+            f"{first['shared_prompt_tokens']:,} | {r['same_tokens'][mode]} of {s['sessions']} |"
         )
     table = "\n".join(rows)
     ratios = f"greedy ÷ off: **{r['greedy_vs_off']:.2f}×**"
@@ -151,15 +162,17 @@ def to_markdown(r: dict[str, Any]) -> str:
         ratios += (
             f"; greedy (a step's rows in one call) ÷ 32-row blocks: **{r['whole_step_vs_blocks']:.2f}×**"
         )
+    if "shared_vs_unshared" in r:
+        ratios += f"; greedy (shared {s['invariant_chunk']}-token pieces) ÷ unshared pieces: **{r['shared_vs_unshared']:.2f}×**"
     return f"""## What batch invariance costs (`coderl bench invariant`)
 
 Command: `{r.get("command", "coderl bench invariant")}` — {m["cpu"]}, {m["cores"]} cores, torch {m["torch"]},
 dtype {s["dtype"]}{" (linear layers packed)" if s["packed"] else ""}, model {s["model"]}, `engine.speculate={s["speculate"]}`,
-`max_batch_size={s["max_batch_size"]}`. {s["sessions"]} greedy sessions at once ({s["turns"]} turns; {s["workload"]}),
+`max_batch_size={s["max_batch_size"]}`, `prefill_chunk={s["prefill_chunk"]}`, `invariant_chunk={s["invariant_chunk"]}`. {s["sessions"]} greedy sessions at once ({s["turns"]} turns; {s["workload"]}),
 each mode an engine of its own, {s["rounds"]} alternating round(s).
 
-| mode | tok/s (mean) | per round | engine steps | same tokens as greedy |
-|---|---|---|---|---|
+| mode | tok/s (mean) | per round | engine steps | prompt tokens prefilled | taken from another session | same tokens as greedy |
+|---|---|---|---|---|---|---|
 {table}
 
 {ratios}

@@ -48,6 +48,12 @@ class EngineConfig(Section):
     """Requests that may wait beyond the running batch; further callers wait (back-pressure)."""
     prefill_chunk: int = Field(512, ge=16)
     """Most prompt tokens prefilled per engine step, so long prompts do not stall running decodes."""
+    invariant_chunk: int = Field(128, ge=16)
+    """Embedded engines, batch-invariant requests (batch_invariant): their prompts are prefilled in
+    pieces that end at multiples of this many tokens from the start (at most prefill_chunk), and a
+    request takes the whole pieces another invariant session computed for the same tokens instead of
+    computing them again (share_prompts): a piece's KV depends on its tokens alone, so the bits are
+    the same. Small enough that the sessions of a validation share their common system prompt."""
     update_mode: Literal["drain", "interrupt"] = "drain"
     """Embedded engines: what a weight update does to requests being generated. drain = they finish on
     the weights they started with, new ones wait for the update; interrupt = the update applies at the
@@ -82,8 +88,9 @@ class EngineConfig(Section):
     blocks of at most 32; float32 with pack_weights: the whole step in one call; measured on 2-core
     CPUs: 0.72x the decode rate at 24 greedy requests in bfloat16, 0.77x on replayed greedy validation
     sessions in packed float32, coderl bench invariant), its
-    prompt is prefilled in pieces that end at multiples of prefill_chunk, it attends per sequence
-    (not in batched decode rows), takes no other session's prompt KV (share_prompts), and no decode
+    prompt is prefilled in pieces that end at multiples of invariant_chunk, it attends per sequence
+    (not in batched decode rows), takes another session's prompt KV only in whole pieces another
+    invariant request computed (share_prompts), and no decode
     step is replayed as a CUDA graph. Checked bit for bit on the CPU only. Not covered: a session
     whose earlier turns were not invariant (sampled, say), a session KV the prefix cache evicted and
     prefilled again, and update_mode=interrupt (where a request changes weights depends on timing)."""

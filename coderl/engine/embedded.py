@@ -58,7 +58,7 @@ MIN_SHARED = 32
 
 def prefill_piece(computed: int, pending: int, chunk: int) -> int:
     """How many of a sequence's ``pending`` tokens one step prefills, its KV computed up to
-    ``computed``: up to the next multiple of ``chunk`` (``engine.prefill_chunk``) from the sequence's
+    ``computed``: up to the next multiple of ``chunk`` (``engine.invariant_chunk``) from the sequence's
     start, never more. So a prompt's KV is computed in the same pieces whatever else shares the
     engine's steps, and its bits (bfloat16 sums grouped by the piece's attention) are the same alone
     and in a busy batch: greedy decoding is reproducible."""
@@ -474,8 +474,8 @@ class EmbeddedEngine(Engine):
             req = self._waiting.popleft()
             kv = self._prefix.take(req.session_id) if req.session_id and self._prefix.enabled else None
             own = min(common_prefix(kv.tokens, req.prompt), len(req.prompt) - 1) if kv is not None else 0
-            if self.cfg.share_prompts and not self._invariant(req):  # another's KV: computed in its own pieces
-                donor, ready, coming = self._donor(req.prompt)
+            if self.cfg.share_prompts:  # another's KV (an invariant request's: whole invariant pieces)
+                donor, ready, coming = self._donor(req.prompt, self._piece if self._invariant(req) else 0)
                 if coming - max(own, ready) >= MIN_SHARED:  # a running request is prefilling it: wait for it
                     if kv is not None and req.session_id:
                         self._prefix.put(req.session_id, kv)
@@ -507,23 +507,33 @@ class EmbeddedEngine(Engine):
             self._running.append(req)
         self._waiting.extendleft(reversed(deferred))
 
-    def _donor(self, prompt: list[int]) -> tuple[SequenceKV | None, int, int]:
+    def _donor(self, prompt: list[int], piece: int = 0) -> tuple[SequenceKV | None, int, int]:
         """The sequence (cached, or running) holding the longest computed prefix of ``prompt`` and that
         length; and the longest prefix a running request shares with it, computed or not yet (then the
-        caller waits for it, rather than prefill the same tokens twice). At most ``len(prompt) - 1``."""
+        caller waits for it, rather than prefill the same tokens twice). At most ``len(prompt) - 1``.
+
+        ``piece`` (a batch-invariant request: ``engine.invariant_chunk``): whole pieces only, from the
+        start, that an invariant request computed (:attr:`SequenceKV.aligned`), so the request's KV is
+        the bits it would compute itself; and only an invariant request computes what it waits for."""
+
+        def whole(n: int) -> int:
+            return n // piece * piece if piece else n
+
         limit = len(prompt) - 1
         best: SequenceKV | None = None
         ready = coming = 0
         for kv in self._prefix.entries():
-            n = min(common_prefix(kv.tokens, prompt), kv.length, limit)
+            n = whole(min(common_prefix(kv.tokens, prompt), kv.aligned if piece else kv.length, limit))
             if n > ready:
                 best, ready = kv, n
         for other in self._running:
             if other.kv is None or other.policy_version != self._version:
                 continue
-            shared = min(common_prefix(other.prompt, prompt), limit)
+            if piece and not self._invariant(other):
+                continue
+            shared = whole(min(common_prefix(other.prompt, prompt), limit))
             coming = max(coming, shared)
-            n = min(shared, other.kv.length)
+            n = whole(min(shared, other.kv.aligned if piece else other.kv.length))
             if n > ready and other.kv.data is not None:
                 best, ready = other.kv, n
         return best, ready, coming
@@ -535,6 +545,7 @@ class EmbeddedEngine(Engine):
         decoding = [r for r in self._running if len(r.pending()) == 1]
         prefilling = [r for r in self._running if len(r.pending()) > 1]
         drafts: dict[int, list[int]] = {}  # request id -> the draft its chunk verifies
+        whole_pieces: list[SequenceKV] = []  # invariant prompt pieces another session may take
         for req in decoding:
             assert req.kv is not None
             draft = self._draft(req)
@@ -548,9 +559,12 @@ class EmbeddedEngine(Engine):
             assert req.kv is not None
             pending = req.pending()
             if self._invariant(req):
-                take = pending[: prefill_piece(req.kv.length, len(pending), self.cfg.prefill_chunk)]
+                start = req.kv.length
+                take = pending[: prefill_piece(start, len(pending), self._piece)]
                 if len(take) > budget:  # its piece waits for a step with room: pieces keep their boundaries
                     continue
+                if start == req.kv.aligned and len(take) == self._piece:  # whole, from whole ones: shareable
+                    whole_pieces.append(req.kv)
             else:
                 take = pending[:budget]
             budget -= len(take)
@@ -559,6 +573,8 @@ class EmbeddedEngine(Engine):
             self._counters["prefill_tokens"] += len(take)
         invariant = any(self._invariant(r) for r in owners)
         logits = self.runner.forward(chunks, self._decode_step, invariant=invariant)
+        for kv in whole_pieces:
+            kv.aligned += self._piece
         self._counters["invariant_steps"] += invariant
         samplers = [o for o, c in zip(owners, chunks, strict=True) if c.want_logits]
         plain = [r for r in samplers if r.rid not in drafts]
@@ -586,6 +602,12 @@ class EmbeddedEngine(Engine):
         self._counters["steps"] += 1
         for req in samplers:
             self._emit(req, *new[req.rid], now)
+
+    @property
+    def _piece(self) -> int:
+        """A batch-invariant prompt piece, in tokens (``engine.invariant_chunk``, at most a step's
+        ``prefill_chunk``)."""
+        return min(self.cfg.invariant_chunk, self.cfg.prefill_chunk)
 
     def _invariant(self, req: _Request) -> bool:
         """Whether this request's tokens must come out the same whatever shares its steps

@@ -45,6 +45,10 @@ class SequenceKV:
     rows: KVRows | None = None
     """The running batch's rows this sequence lives in (None: ``data`` is its own tensor)."""
     row: int = -1
+    aligned: int = 0
+    """Leading positions whose KV was computed in whole batch-invariant prompt pieces from the start
+    (``engine.invariant_chunk``): a function of those tokens alone, which another invariant request
+    with the same tokens may take as its own."""
 
     @property
     def length(self) -> int:
@@ -78,6 +82,7 @@ class SequenceKV:
     def truncate(self, length: int) -> None:
         """Forget positions from ``length`` on (they are overwritten later)."""
         del self.tokens[length:]
+        self.aligned = min(self.aligned, length)
 
 
 class KVRows:
@@ -208,6 +213,7 @@ def copy_prefix(source: SequenceKV, tokens: list[int], layout: KVLayout) -> Sequ
     assert kv.data is not None
     kv.data[:, :, :, :n] = source.data[:, :, :, :n]
     kv.tokens = list(tokens)
+    kv.aligned = min(source.aligned, n)
     return kv
 
 
