@@ -86,8 +86,8 @@ class EngineConfig(Section):
     reproducible run to run), all = every request, off = none. Costs speed in the steps such a request
     is in: the projections run per segment of rows (a chunk of over 32 rows alone, shorter ones in
     blocks of at most 32; float32 with pack_weights: the whole step in one call; measured on 2-core
-    CPUs: 0.72x the decode rate at 24 greedy requests in bfloat16, 0.77x on replayed greedy validation
-    sessions in packed float32, coderl bench invariant), its
+    CPUs: 0.72x the decode rate at 24 greedy requests in bfloat16, 0.98x on replayed greedy validation
+    sessions in packed float32 with their prompt pieces shared, coderl bench invariant), its
     prompt is prefilled in pieces that end at multiples of invariant_chunk, it attends per sequence
     (not in batched decode rows), takes another session's prompt KV only in whole pieces another
     invariant request computed (share_prompts), and no decode
