@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -479,3 +480,52 @@ def test_the_advantage_share_of_unsolved_groups_under_grpo_and_drgrpo() -> None:
     assert shares["drgrpo"] == pytest.approx(0.01 / (1.0 + 0.01), abs=1e-3)  # by the rewards' own size
     nothing = build_batch(rollouts[:2], AlgoConfig(advantage="grpo"), 8)
     assert unsolved_share(nothing.advantages, nothing.mask * 0, nothing.rollout_index, rollouts[:2]) == 0.0
+
+
+class _RecordingPolicy:
+    """Records what the RL update hands the actor (isolates the update's wiring from a model)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[list[list[int]], list[int], list[list[int]] | None]] = []
+
+    def train_step(
+        self,
+        sequences: list[list[int]],
+        starts: list[int],
+        temperature: float,
+        loss_fn: Any,
+        with_entropy: bool = False,
+        score_masks: list[list[int]] | None = None,
+    ) -> dict[str, float]:
+        self.calls.append((sequences, starts, score_masks))
+        rows = [len(s) - st for s, st in zip(sequences, starts, strict=True)]
+        logprobs = [torch.full((n,), -0.5) for n in rows]
+        loss_fn(list(range(len(sequences))), logprobs, [torch.zeros(n) for n in rows])
+        return {"loss": 0.0, "tokens": float(sum(map(len, sequences))), "trained_tokens": float(sum(rows)),
+                "micro_batches": 1.0, "grad_norm": 0.0, "lr": 1e-4, "step_s": 0.1, "tokens_per_s": 1.0,
+                "skipped": 0.0}  # fmt: skip
+
+
+@pytest.mark.parametrize("mini_batches", [1, 2])
+def test_the_rl_update_projects_only_the_models_own_tokens(mini_batches: int) -> None:
+    # tool output (mask 0) is context: the actor gets each row's response mask as its score mask
+    import asyncio
+
+    from rich.progress import Progress
+
+    from coderl.train.metrics import StageTimer
+    from coderl.train.update import update_policy
+
+    policy = _RecordingPolicy()
+    trajs = _trajs()
+    algo = AlgoConfig(advantage="grpo", mini_batches=mini_batches)
+    if mini_batches > 1:
+        policy.score = lambda seqs, starts, t, **kw: [  # type: ignore[attr-defined]
+            type("S", (), {"logprobs": torch.full((len(s) - st,), -0.5)})() for s, st in zip(seqs, starts, strict=True)
+        ]
+    row = asyncio.run(update_policy(policy, algo, 1.0, 8, trajs, StageTimer(), Progress(disable=True), "update"))  # type: ignore[arg-type]
+    by_sequence = {tuple(t.prompt_ids + t.response_ids): t.response_mask for t in trajs}
+    assert len(policy.calls) == mini_batches
+    for sequences, _, masks in policy.calls:
+        assert masks == [by_sequence[tuple(s)] for s in sequences]
+    assert row["trained_tokens"] == 3 + 2 + 2 + 5

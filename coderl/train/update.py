@@ -67,7 +67,10 @@ async def update_policy(
         for part in parts:
             sub = batch.subset(part) if len(parts) > 1 else batch
             loss = BatchLoss(sub, algo, None if ref is None else [ref[i] for i in part])
-            updates.append(await in_own_thread(actor.train_step, sub.sequences, sub.starts, temperature, loss, True))
+            kept = [t.response_mask for t in sub.trajectories]  # tool output is context: no logits for it
+            updates.append(
+                await in_own_thread(actor.train_step, sub.sequences, sub.starts, temperature, loss, True, kept)
+            )
             losses.append(loss)
             progress.advance(bar)
     progress.remove_task(bar)
