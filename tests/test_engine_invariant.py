@@ -128,3 +128,35 @@ async def test_greedy_turns_come_out_the_same_bits_alone_and_in_a_busy_batch(
         assert stats["accepted_draft_tokens"] > 0  # drafts were verified and kept
     finally:
         await engine.stop()
+
+
+async def test_an_invariant_request_does_not_wait_for_a_prefix_nobody_computes_in_whole_pieces() -> None:
+    # session A's first turn is sampled, so its KV holds no whole invariant piece; its greedy second turn
+    # runs long. B (greedy) shares A's first 130 tokens: it takes nothing from A (not the same bits) and
+    # must not wait for A to finish either, as it would for a request still prefilling those pieces.
+    from tests.tiny import tiny_checkpoint
+
+    engine = EmbeddedEngine(
+        EngineConfig(max_batch_size=4, prefill_chunk=64, batch_invariant="greedy"),
+        ModelConfig(path=str(tiny_checkpoint()), dtype="float32"),
+    )
+    await engine.start()
+    try:
+        common = [100 + i % 50 for i in range(130)]
+        first = await engine.generate(common + [7, 8], SamplingParams(max_tokens=4, temperature=1.0, seed=0), session_id="a")
+        started = asyncio.Event()
+        a = asyncio.create_task(
+            engine.generate_streaming(
+                common + [7, 8] + first.token_ids + [9],
+                SamplingParams(max_tokens=400, temperature=0, ignore_eos=True),
+                lambda tokens, logprobs: started.set(),
+                session_id="a",
+            )
+        )
+        await started.wait()
+        b = await engine.generate(common + [11, 12], SamplingParams(max_tokens=4, temperature=0, ignore_eos=True), session_id="b")
+        assert not a.done()  # B ended while A still decoded
+        assert b.cached_tokens == 0 and engine.stats()["shared_prompt_tokens"] == 0
+        await a
+    finally:
+        await engine.stop()

@@ -532,8 +532,10 @@ class EmbeddedEngine(Engine):
             if piece and not self._invariant(other):
                 continue
             shared = whole(min(common_prefix(other.prompt, prompt), limit))
-            coming = max(coming, shared)
             n = whole(min(shared, other.kv.aligned if piece else other.kv.length))
+            # worth waiting for: a prefix it is computing (invariant: in whole pieces from the start)
+            growing = not piece or (other.kv.length == other.kv.aligned < len(other.prompt))
+            coming = max(coming, shared if growing else n)
             if n > ready and other.kv.data is not None:
                 best, ready = other.kv, n
         return best, ready, coming
