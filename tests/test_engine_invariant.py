@@ -85,13 +85,13 @@ def _prompts(tokenizer: Any) -> list[list[int]]:
 async def test_greedy_turns_come_out_the_same_bits_alone_and_in_a_busy_batch(
     tokenizer: Any, dtype: str, packed: bool
 ) -> None:
-    # small prefill pieces (64) so the prompts (~190-380 tokens) are prefilled in several; drafts on.
+    # small prefill pieces (64) so the prompts (~180-350 tokens) are prefilled in several; drafts on.
     # float32 packed: oneDNN with single rows unpadded; not packed: MKL with short segments padded.
-    # Alone, each session computes its whole prompt (share_prompts off); busy, the sessions take the
-    # system prompt's whole pieces from whichever computed them first.
+    # Busy (first, with only sampled sessions of the same prompts in the cache: their KV is computed in
+    # other pieces), the sessions take the system prompt's two whole pieces from the one that computes
+    # them first, waiting for it; alone, each computes its whole prompt (share_prompts off).
     config = EngineConfig(
-        max_batch_size=8, prefill_chunk=64, speculate=4, batch_invariant="greedy", pack_weights=packed,
-        share_prompts=False,
+        max_batch_size=8, prefill_chunk=64, speculate=4, batch_invariant="greedy", pack_weights=packed
     )  # fmt: skip
     engine = EmbeddedEngine(config, ModelConfig(dtype=dtype))
     await engine.start()
@@ -105,9 +105,8 @@ async def test_greedy_turns_come_out_the_same_bits_alone_and_in_a_busy_batch(
             second = await engine.generate(prompts[i] + first.token_ids + follow, greedy, session_id=f"{tag}{i}")
             return [first, second]
 
-        alone = [await two_turns(i, "alone") for i in range(len(prompts))]
-        assert engine.stats()["shared_prompt_tokens"] == 0
-        engine.cfg = config.model_copy(update={"share_prompts": True})
+        for i, p in enumerate(prompts):  # the cache holds every prompt's KV, sampled: not pieces to take
+            await engine.generate(p, SamplingParams(max_tokens=8, temperature=1.0, seed=i), session_id=f"sampled{i}")
         busy = await asyncio.gather(
             *(two_turns(i, "busy") for i in range(len(prompts))),
             *(  # sampled requests share the steps too
@@ -115,6 +114,12 @@ async def test_greedy_turns_come_out_the_same_bits_alone_and_in_a_busy_batch(
                 for i, p in enumerate(prompts)
             ),
         )
+        assert sorted(b[0].cached_tokens for b in busy[:4]) == [0, 128, 128, 128]  # one computed, three took
+        shared = engine.stats()["shared_prompt_tokens"]
+        engine.cfg = config.model_copy(update={"share_prompts": False})  # (invariant_chunk unchanged)
+        alone = [await two_turns(i, "alone") for i in range(len(prompts))]
+        assert engine.stats()["shared_prompt_tokens"] == shared
+        assert [a[0].cached_tokens for a in alone] == [0] * 4
         for a, b in zip(alone, busy, strict=False):
             for x, y in zip(a, b, strict=True):
                 assert x.token_ids == y.token_ids
@@ -123,7 +128,6 @@ async def test_greedy_turns_come_out_the_same_bits_alone_and_in_a_busy_batch(
             assert a[1].cached_tokens == b[1].cached_tokens > 0
         assert engine.runner.least_rows == (ROW_BLOCK if (dtype, packed) == ("float32", False) else 1)
         stats = engine.stats()
-        assert stats["shared_prompt_tokens"] >= 4 * 128  # every busy session took the two whole pieces
         assert stats["invariant_steps"] > 0
         assert stats["accepted_draft_tokens"] > 0  # drafts were verified and kept
     finally:
@@ -158,5 +162,36 @@ async def test_an_invariant_request_does_not_wait_for_a_prefix_nobody_computes_i
         assert not a.done()  # B ended while A still decoded
         assert b.cached_tokens == 0 and engine.stats()["shared_prompt_tokens"] == 0
         await a
+    finally:
+        await engine.stop()
+
+
+@pytest.mark.slow
+async def test_a_sessions_own_decoded_tokens_are_not_swapped_for_another_sessions_whole_pieces(tokenizer: Any) -> None:
+    # a second turn reuses its session's KV: the first prompt's pieces, a partial piece and the decoded
+    # reply. Another session that prefilled the very same history in whole pieces holds other bits for
+    # it (bfloat16), so taking those would make the turn depend on what else the engine ran.
+    engine = EmbeddedEngine(
+        EngineConfig(max_batch_size=4, prefill_chunk=64, batch_invariant="greedy"), ModelConfig(dtype="bfloat16")
+    )
+    await engine.start()
+    try:
+        prompt = _prompts(tokenizer)[1]
+        greedy = SamplingParams(max_tokens=90, temperature=0, ignore_eos=True)
+        follow = tokenizer.encode("\nNow shorter, and name each step." * 10, add_special_tokens=False)  # a whole piece more
+
+        async def second_turn(tag: str, other: bool) -> Any:
+            first = await engine.generate(prompt, greedy, session_id=tag)
+            history = prompt + first.token_ids + follow
+            if other:  # the same history, prefilled from nothing in whole pieces by another session
+                await engine.generate(history, SamplingParams(max_tokens=1, temperature=0), session_id=f"{tag}-copy")
+            return await engine.generate(history, greedy, session_id=tag)
+
+        engine.cfg = engine.cfg.model_copy(update={"share_prompts": False})
+        alone = await second_turn("alone", other=False)
+        engine.cfg = engine.cfg.model_copy(update={"share_prompts": True})
+        beside = await second_turn("beside", other=True)
+        assert beside.cached_tokens == alone.cached_tokens  # its own KV, not the copy's longer pieces
+        assert (beside.token_ids, beside.logprobs) == (alone.token_ids, alone.logprobs)
     finally:
         await engine.stop()

@@ -474,8 +474,11 @@ class EmbeddedEngine(Engine):
             req = self._waiting.popleft()
             kv = self._prefix.take(req.session_id) if req.session_id and self._prefix.enabled else None
             own = min(common_prefix(kv.tokens, req.prompt), len(req.prompt) - 1) if kv is not None else 0
-            if self.cfg.share_prompts:  # another's KV (an invariant request's: whole invariant pieces)
-                donor, ready, coming = self._donor(req.prompt, self._piece if self._invariant(req) else 0)
+            # another's KV (an invariant request's: whole invariant pieces, and only over its own session's
+            # KV when that too is whole pieces: a partial piece or decoded tokens are other bits)
+            invariant = self._invariant(req)
+            if self.cfg.share_prompts and not (invariant and kv is not None and own > kv.aligned):
+                donor, ready, coming = self._donor(req.prompt, self._piece if invariant else 0)
                 if coming - max(own, ready) >= MIN_SHARED:  # a running request is prefilling it: wait for it
                     if kv is not None and req.session_id:
                         self._prefix.put(req.session_id, kv)
