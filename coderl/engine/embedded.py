@@ -492,7 +492,7 @@ class EmbeddedEngine(Engine):
             # reuse the common prefix, but always leave one prompt token to compute the next logits from
             keep = min(common_prefix(kv.tokens, req.prompt), len(req.prompt) - 1)
             kv.truncate(keep)
-            if self._rows is not None and not self._invariant(req):  # an invariant one attends alone
+            if self._rows is not None and not invariant:  # an invariant one attends alone
                 try:
                     self._rows.bind(kv)
                 except Exception as exc:  # e.g. its rows do not fit: this request fails, the engine goes on
