@@ -86,6 +86,22 @@ def test_bench_learn_refuses_a_job_count_below_one(tmp_path: Path) -> None:
     assert not (tmp_path / "runs").exists()
 
 
+def test_the_benches_leave_the_whole_run_budget_out_and_say_so() -> None:
+    from rich.console import Console
+
+    from coderl.bench.learn import bound_by_steps
+    from coderl.config import load_config
+
+    console = Console(record=True, width=200)
+    cfg = load_config(overrides=["train.run_minutes=28.5", "train.patch_credit_steps=8", "train.steps=8"])
+    runs = bound_by_steps(cfg, "rl", console)
+    assert runs.train.run_minutes is None and cfg.train.run_minutes == 28.5 and runs.train.steps == 8
+    said = console.export_text()
+    assert "bench rl: train.run_minutes=28.5 left out — each run takes all train.steps=8 RL steps" in said
+    plain = load_config()
+    assert bound_by_steps(plain, "learn", console) is plain  # nothing to leave out
+
+
 def test_the_table_names_the_new_repository_target_for_a_pypi_set() -> None:
     from coderl.bench.learn import to_markdown
 

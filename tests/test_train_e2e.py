@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -215,10 +216,14 @@ def test_warm_start_then_rl(tmp_path: Path, tiny_model: Path) -> None:
             "train.patch_credit=0.3",  # near misses credited in the RL step, never in validation
             "algo.dynamic_sampling=false",  # the one step trains whatever its group scored
             f"model.path={tiny_model}",
+            # a whole-run budget already spent when RL begins: train.min_steps (1) is still taken
+            "train.run_minutes=0.001", "train.guide_steps=1", "train.patch_credit_steps=1",
         )
     )  # fmt: skip
     rows = checkpoints.read_metrics(run / "metrics.jsonl")
     assert [(r["step"], r.get("phase")) for r in rows] == [(0, "start"), (0, "sft"), (0, "calibrate"), (1, None)]
+    said = re.search(r"train\.run_minutes=0\.001: ([\d.]+) min spent, the final validation ~([\d.]+) min: the RL steps get no time", " ".join(out.split()))
+    assert said and float(said[1]) > 0.001 and float(said[2]) == round(rows[1]["validation_s"] / 60, 1), out
     # train.calibrate_from=demonstrated: at most the 2 asked for, of the tasks the warm start imitated
     assert 1 <= rows[2]["calibrate_tasks"] <= 2 and rows[0]["val_sampled_samples"] == 1
     assert "val_sampled_pass_at_1" in rows[3] and "teaching groups" in out and "after warm start" in out

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -457,6 +458,50 @@ def test_the_rl_budget_leaves_validation_out_of_the_mean_and_counts_the_steps_be
     ended = [*before, {"step": 3, "step_s": 25.0, "stage_s": {}, "last_step": True}]
     assert RLBudget(minutes=1.0, steps=10, done_rows=ended).spent_before_resume()  # nothing left to train
     assert not RLBudget(minutes=5.0, steps=10, done_rows=ended).spent_before_resume()  # a budget raised since
+
+
+def test_the_run_budget_ends_on_the_last_step_expected_to_end_inside_it() -> None:
+    now = [0.0]
+    budget = RLBudget(None, 10, clock=lambda: now[0], room_s=100.0, run_minutes=30.0)
+    assert not budget.last(1)  # room, and no mean yet
+    now[0] = 30.0
+    budget.done({"step_s": 30.0, "stage_s": {}})
+    assert not budget.last(2)  # step 2 would end at 60 s and step 3 at 90 s: both fit
+    now[0] = 60.0
+    budget.done({"step_s": 30.0, "stage_s": {}})
+    assert budget.last(3)  # step 3 ends at 90 s, step 4 would at 120 s > 100 s: 3 is the last
+    assert "train.run_minutes=30: RL stopped after step 3 of 10" in budget.stopped_line(3)
+    assert "another would not have ended inside the run's budget" in budget.stopped_line(3)
+    # a slow machine: nothing left when RL begins; train.min_steps are taken all the same
+    none_left = RLBudget(None, 8, clock=lambda: now[0], room_s=-50.0, run_minutes=30.0)
+    assert none_left.last(1)
+    floor = RLBudget(None, 8, clock=lambda: now[0], room_s=-50.0, run_minutes=30.0, min_steps=3)
+    assert not floor.last(1) and not floor.last(2) and floor.last(3)
+    assert RLBudget(None, 2, clock=lambda: now[0], room_s=-50.0, min_steps=4).last(2)  # train.steps is the most
+    # with train.rl_minutes too, whichever ends the phase first
+    both = RLBudget(0.5, 10, clock=lambda: now[0], room_s=1000.0, run_minutes=30.0)
+    both.last(1)
+    now[0] += 20.0
+    both.done({"step_s": 20.0, "stage_s": {}})
+    assert both.last(2) and both.bound_name() == "train.rl_minutes=0.5"  # 20 + 20 s >= 30 s
+    with pytest.raises(ValidationError, match=r"train\.patch_credit_steps: empty with train\.patch_credit=0\.3 and train\.run_minutes=28"):
+        TrainConfig(run_minutes=28, patch_credit=0.3)
+    assert TrainConfig(steps=2, min_steps=4).min_steps == 4  # `train.steps=2` on the packaged recipe: 2 steps
+
+
+def test_the_run_budget_counts_from_the_process_start_and_the_phases_before_a_resume() -> None:
+    from coderl.train.budget import last_validation_seconds, phase_seconds, process_seconds
+
+    age = process_seconds()
+    assert 0 < age < time.monotonic() + 1  # this process began after the machine did
+    rows = [
+        {"step": 0, "phase": "start", "validation_s": 60.0},
+        {"step": 0, "phase": "sft", "sft_s": 400.0, "validation_s": 90.0},  # its validation is inside sft_s
+        {"step": 0, "phase": "calibrate", "calibrate_s": 50.0},
+        {"step": 1, "step_s": 30.0},
+    ]
+    assert phase_seconds(rows) == 510.0 and last_validation_seconds(rows) == 90.0
+    assert last_validation_seconds([]) == 0.0
 
 
 def test_the_advantage_share_of_unsolved_groups_under_grpo_and_drgrpo() -> None:

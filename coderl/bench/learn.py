@@ -179,14 +179,23 @@ def _one_run(cfg: Config, console: Console, run_dir: Path, jobs: int) -> dict[st
     }
 
 
-def refuse_time_bound(cfg: Config, bench: str) -> None:
-    """Runs a bench compares must be equally long: ``train.rl_minutes`` would end each by its own clock."""
+def bound_by_steps(cfg: Config, bench: str, console: Console) -> Config:
+    """Runs a bench compares must be equally long: ``train.rl_minutes`` would end each by its own clock,
+    so it is refused; ``train.run_minutes`` (the main job's whole-run budget, in its packaged recipe) is
+    left out, with a line that says so. The configuration the runs get."""
     if cfg.train.rl_minutes is not None:
         raise CoderlError(
             f"bench {bench}: train.rl_minutes={cfg.train.rl_minutes:g} would end each run after as many RL steps as "
             "its own minutes allow, so the runs it compares would differ in length; bound them by train.steps "
             "(set train.rl_minutes=null)"
         )
+    if cfg.train.run_minutes is None:
+        return cfg
+    console.print(
+        f"bench {bench}: train.run_minutes={cfg.train.run_minutes:g} left out — each run takes all "
+        f"train.steps={cfg.train.steps} RL steps, however long they take on this machine"
+    )
+    return cfg.model_copy(update={"train": cfg.train.model_copy(update={"run_minutes": None})})
 
 
 def bench_learn(
@@ -196,8 +205,8 @@ def bench_learn(
     process (the main job peaks at about 3.5 GB of memory on jemalloc, measured 2026-11-27)."""
     if jobs < 1:
         raise CoderlError(f"bench learn: --jobs {jobs} is not a number of processes; give 1 or more")
-    refuse_time_bound(cfg, "learn")
     console = console or Console(stderr=True)
+    cfg = bound_by_steps(cfg, "learn", console)
     root = bench_root(cfg)
     planned: list[tuple[str, Config, Path]] = []
     for seed in seeds:

@@ -65,9 +65,9 @@ from coderl.bench.learn import (
     _die_with_parent,
     _one_run,
     bootstrap_ci95,
+    bound_by_steps,
     config_key,
     paired_rise,
-    refuse_time_bound,
 )
 from coderl.bench.report import machine_info
 from coderl.config import Config
@@ -331,13 +331,13 @@ def bench_rl(
         raise CoderlError(
             f"bench rl: --control-seeds {','.join(map(str, controlled))} — give one or more of the seeds run ({','.join(map(str, seeds))})"
         )
-    refuse_time_bound(cfg, "rl")
     if not cfg.sft.before_rl or not cfg.sft.data:
         raise CoderlError(
             "bench rl measures the RL phase after a warm start: the configuration needs sft.before_rl=true and "
             "sft.data (coderl train's packaged defaults have both)"
         )
     console = console or Console(stderr=True)
+    cfg = bound_by_steps(cfg, "rl", console)
     root = bench_root(cfg)
     warm, warm_minutes = given_warm_start(warm_from) if warm_from else warm_checkpoint(cfg, root, console)
     if temperatures:

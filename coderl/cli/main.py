@@ -62,9 +62,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="the main job: RL on train.tasks (rollout -> grade -> advantages -> update -> sync), report.html",
         description="Train the policy with RL. The packaged defaults run (coderl/configs/"
         "train.yaml: SmolLM2-135M, swe agent with the symbol tools, bundled:synth?bug_in=callee with 24 "
-        "held-out tasks, a supervised warm start on gold demonstrations, then 8 GRPO steps of 2 tasks x 8 "
-        "samples with LoRA, asynchronous (rollouts of the next step while the actor updates), on tasks a "
-        "calibration pass found at the policy's edge); a config file's keys "
+        "held-out tasks, a supervised warm start on gold demonstrations, then up to 8 GRPO steps of 2 tasks "
+        "x 8 samples with LoRA, asynchronous (rollouts of the next step while the actor updates), on tasks a "
+        "calibration pass found at the policy's edge: as many as fit the run's 28.5 minutes "
+        "(train.run_minutes), at least 4); a config file's keys "
         "and the overrides change only what they name. --bare starts from the built-in defaults instead.",
     )
     _config_args(p)

@@ -119,6 +119,15 @@ class TrainConfig(Section):
     length (validation left out) would pass it, that next step is the last (it saves a checkpoint and
     validates like the step train.steps would); empty = every one of train.steps. A resumed run counts
     the steps it had taken; one the budget had ended trains no further unless the budget is raised."""
+    run_minutes: float | None = Field(None, gt=0)
+    """Wall-clock budget of the whole run, in minutes, from the process's start: when the RL phase
+    begins, its steps get what is left after the final validation (taken to last as long as the run's
+    latest one), and the last step is the last one expected to end inside that; train.min_steps are
+    taken even where nothing is left (a slow machine), and train.rl_minutes, when set too, bounds the
+    steps further. The phases before RL are not cut. Empty = every one of train.steps. The benches
+    (coderl bench rl and learn) leave it out: the runs they compare take train.steps each."""
+    min_steps: int = Field(1, ge=1)
+    """RL steps taken whatever train.run_minutes or train.rl_minutes say (train.steps when it is fewer)."""
     tasks_per_step: int = Field(2, ge=1)
     """Tasks rolled out per step (a deterministic shuffled pass over the training tasks)."""
     group_size: int = Field(4, ge=1)
@@ -213,20 +222,27 @@ class TrainConfig(Section):
                 raise ValueError(f"train.val_also[{i}] is empty; give a task source (e.g. bundled:warmup) or leave it out")
         return value
 
+    def time_bound(self) -> str | None:
+        """The wall-clock bound of the RL steps as ``key=value`` (train.rl_minutes first), or None."""
+        if self.rl_minutes is not None:
+            return f"train.rl_minutes={self.rl_minutes:g}"
+        return f"train.run_minutes={self.run_minutes:g}" if self.run_minutes is not None else None
+
     @model_validator(mode="after")
     def _guidance_ends_inside_the_budget(self) -> TrainConfig:
-        if self.guide_share > 0 and self.rl_minutes is not None and self.guide_steps is None:
+        bound = self.time_bound()
+        if self.guide_share > 0 and bound is not None and self.guide_steps is None:
             raise ValueError(
-                f"train.guide_steps: empty with train.guide_share={self.guide_share:g} and train.rl_minutes="
-                f"{self.rl_minutes:g} — guidance would anneal over all {self.steps} train.steps, and a run the "
-                "budget ends sooner would stop still guided; set train.guide_steps to the steps the budget allows"
+                f"train.guide_steps: empty with train.guide_share={self.guide_share:g} and {bound} — guidance "
+                f"would anneal over all {self.steps} train.steps, and a run the budget ends sooner would stop "
+                "still guided; set train.guide_steps to the steps the budget allows"
             )
-        if self.patch_credit > 0 and self.rl_minutes is not None and self.patch_credit_steps is None:
+        if self.patch_credit > 0 and bound is not None and self.patch_credit_steps is None:
             raise ValueError(
-                f"train.patch_credit_steps: empty with train.patch_credit={self.patch_credit:g} and "
-                f"train.rl_minutes={self.rl_minutes:g} — the credit would anneal over all {self.steps} "
-                "train.steps, and a run the budget ends sooner would stop still crediting near misses; set "
-                "train.patch_credit_steps to the steps the budget allows"
+                f"train.patch_credit_steps: empty with train.patch_credit={self.patch_credit:g} and {bound} — "
+                f"the credit would anneal over all {self.steps} train.steps, and a run the budget ends sooner "
+                "would stop still crediting near misses; set train.patch_credit_steps to the steps the budget "
+                "allows"
             )
         return self
     val_size: int = Field(8, ge=1)

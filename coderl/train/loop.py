@@ -51,7 +51,7 @@ from coderl.tasks.split import TaskSplit, train_and_held_out
 from coderl.threads import in_own_thread
 from coderl.train import checkpoints
 from coderl.train.actor import Policy
-from coderl.train.budget import RLBudget
+from coderl.train.budget import RLBudget, last_validation_seconds, phase_seconds, process_seconds
 from coderl.train.calibrate import calibrate
 from coderl.train.config import SFT_ACTOR_KEYS
 from coderl.train.credit import PatchCredit
@@ -255,6 +255,7 @@ class Trainer:
         self.peaks = PhasePeaks()  # each phase's peak memory, for metrics.jsonl and the summary
         try:
             await self.setup(resume)
+            earlier = phase_seconds(self.rows)  # phases an earlier process ran (a resume)
             with progress_bars(self.console, name="train") as progress:
                 # its clock starts with the RL steps: their rate and ETA leave the phases before them out
                 bar = progress.add_task(
@@ -271,10 +272,13 @@ class Trainer:
                 ):
                     self._record(await self._calibrate(progress), sinks)
                 taken = [r for r in self.rows if r.get("phase") is None and r.get("step", 0) >= 1]
-                budget = RLBudget(cfg.train.rl_minutes, cfg.train.steps, taken)
+                budget = RLBudget(
+                    cfg.train.rl_minutes, cfg.train.steps, taken, room_s=self._rl_room(earlier, taken),
+                    run_minutes=cfg.train.run_minutes, min_steps=cfg.train.min_steps,
+                )  # fmt: skip
                 first = self.start_step
                 if budget.spent_before_resume():
-                    self.console.print(f"train.rl_minutes={cfg.train.rl_minutes:g}: spent before the resume; no step left")
+                    self.console.print(f"{budget.bound_name()}: spent before the resume; no step left")
                     first = cfg.train.steps + 1
                 progress.start_task(bar)
                 for step in range(first, cfg.train.steps + 1):
@@ -298,6 +302,27 @@ class Trainer:
             self.peaks.close()
             await self.close()
         return self.finish()
+
+    def _rl_room(self, earlier: float, taken: list[dict[str, Any]]) -> float | None:
+        """Seconds train.run_minutes leaves the RL steps from now on (``earlier``: seconds of the
+        phases an earlier process ran; ``taken``: its RL steps' rows, which the budget counts itself);
+        None without that bound. Prints the sum."""
+        t = self.cfg.train
+        minutes = t.run_minutes
+        if minutes is None:
+            return None
+        spent = process_seconds() + earlier
+        final = last_validation_seconds(self.rows) if self.val_tasks or self.val_also_tasks else 0.0
+        room = minutes * 60 - spent - final
+        before = sum(float(r.get("step_s", 0.0)) for r in taken)
+        left = room - before
+        shown = f"{left / 60:.1f} min" if left > 0 else "no time"
+        self.console.print(
+            f"train.run_minutes={minutes:g}: {(spent + before) / 60:.1f} min spent, the final validation "
+            f"~{final / 60:.1f} min: the RL steps get {shown} (at least "
+            f"{min(t.min_steps, t.steps)} steps, at most {t.steps})"
+        )
+        return room
 
     def _record(self, row: dict[str, Any], sinks: MetricSinks) -> None:
         """A phase's or step's row, with the phase's peak memory, to the sinks and the run's rows."""
