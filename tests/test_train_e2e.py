@@ -299,6 +299,7 @@ def test_async_training_never_trains_a_sample_older_than_max_staleness(tmp_path:
             "rollout.max_tokens=16", "rollout.max_turns=2", "train.steps=5", "train.mode=async",
             "train.max_staleness=1", f"run.dir={run}", f"model.path={tiny_model}",
             "train.rl_minutes=1e-6",  # the budget ends the run at step 2 (step 1 alone is no mean)
+            "train.min_steps=1",  # the packaged recipe's 4 would outlast it
         )
     )  # fmt: skip
     assert "report:" in out and "RL stopped after step 2 of 5" in out
