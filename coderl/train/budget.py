@@ -77,9 +77,9 @@ class RLBudget:
         min_steps: int = 1,
     ) -> None:
         """``minutes``: train.rl_minutes. ``room_s``: the seconds train.run_minutes (given for the
-        messages) leaves the RL steps, counted from the first step this process takes (may be 0 or
-        less: then only ``min_steps`` run). ``done_rows``: the metrics rows of the RL steps taken before
-        a resume; they count against both bounds."""
+        messages) leaves all the RL steps, those taken before a resume included (may be 0 or less: then
+        only ``min_steps`` run). ``done_rows``: the metrics rows of the RL steps taken before a resume;
+        they count against both bounds."""
         self.minutes = minutes
         self.steps = steps
         self.room_s = room_s

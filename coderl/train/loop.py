@@ -304,9 +304,9 @@ class Trainer:
         return self.finish()
 
     def _rl_room(self, earlier: float, taken: list[dict[str, Any]]) -> float | None:
-        """Seconds train.run_minutes leaves the RL steps from now on (``earlier``: seconds of the
-        phases an earlier process ran; ``taken``: its RL steps' rows, which the budget counts itself);
-        None without that bound. Prints the sum."""
+        """Seconds train.run_minutes leaves all the RL steps, those before a resume included
+        (``earlier``: seconds of the phases an earlier process ran; ``taken``: its RL steps' rows, which
+        the budget counts against this room itself); None without that bound. Prints what is left."""
         t = self.cfg.train
         minutes = t.run_minutes
         if minutes is None:
