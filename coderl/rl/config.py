@@ -12,6 +12,7 @@ from typing import Literal
 from pydantic import Field
 
 from coderl.section import Section
+from coderl.types import ExitStatus
 
 AdvantageName = Literal["grpo", "drgrpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "gae"]
 PolicyLossName = Literal["ppo_clip", "dual_clip", "gspo", "cispo"]
@@ -77,6 +78,14 @@ class AlgoConfig(Section):
     """DAPO soft overlong punishment length L_cache in tokens; 0 = off."""
     overlong_penalty: float = Field(1.0, ge=0.0)
     """Reward subtracted from a response that reaches the maximum length (linear ramp over the buffer)."""
+    mask_exits: list[ExitStatus] = Field(default_factory=list)
+    """Samples whose rollout ended with one of these exit statuses (e.g. ``format_limit``,
+    ``token_limit``) count in their group's baseline but are left out of the loss: their tokens get
+    no gradient and no share of its normaliser (DAPO's overlong filtering is ``[token_limit]``). A
+    malformed call is a sampled token the policy gave little probability; its negative advantage moves
+    the logits far more than the same advantage on the likely tokens the good samples share, and the
+    push generalises (docs/training.md). The other samples still learn against the baseline the left-out
+    ones lowered. [] = every sample is trained."""
     format_reward: float = Field(0.0, ge=0.0)
     """Shaping for small models: add format_reward x the share of turns with a well-formed tool call
     (1 - format_errors / turns) to the task reward; 0 = off. pass_rate still counts solved tasks only."""

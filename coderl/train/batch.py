@@ -44,6 +44,7 @@ class TrainBatch:
     old_values: torch.Tensor | None = None  # [B, T] value head before the update (gae)
     returns: torch.Tensor | None = None  # [B, T] GAE value targets (gae)
     old_logp: torch.Tensor | None = None  # [B, T] trainer log-probs before the step's first update (mini-batches)
+    left_out: int = 0  # rollouts algo.mask_exits left out of the loss (their rows' mask is 0)
 
     @property
     def size(self) -> int:
@@ -157,6 +158,11 @@ def build_batch(
     )  # [B, T], [B, T]
     if padded_values is not None:
         batch.old_values, batch.returns = padded_values, returns
+    left_out = torch.tensor([rollouts[i].exit_status in algo.mask_exits for i in owner])  # [B] bool
+    if bool(left_out.any()):  # in the baseline above, out of the loss from here on
+        batch.mask[left_out] = 0.0
+        batch.advantages[left_out] = 0.0
+        batch.left_out = int(left_out[counted > 0].sum())
     return batch
 
 

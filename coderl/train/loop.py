@@ -82,17 +82,11 @@ from coderl.train.sft import (
 )
 from coderl.train.signal import SignalWatch, gold_patches, signal_metrics
 from coderl.train.sync import WeightSync, choose_sync, export_checkpoint
-from coderl.train.update import update_policy
+from coderl.train.update import NOTHING_TRAINED, update_policy
 from coderl.train.validation import Validation
 from coderl.types import Task
 
 log = logging.getLogger(__name__)
-
-NOTHING_TRAINED = {
-    "logprob_mismatch": 0.0, "grad_norm": 0.0, "update_skipped": 1.0, "advantage_abs_mean": 0.0, "advantage_from_unsolved": 0.0,
-    "trained_tokens": 0, "optimizer_steps": 0,
-}  # fmt: skip
-"""The update metrics of a step with nothing to train on."""
 
 
 class Trainer:
@@ -378,6 +372,9 @@ class Trainer:
                     f"step {step} update",
                 )
             )  # fmt: skip
+            row["trained_samples"] -= row.get("left_out_samples", 0)
+            if not row["optimizer_steps"]:
+                log.warning("step %d: nothing to train on (algo.mask_exits left every sample out)", step)
             with timer("sync"):
                 await self._sync(self.version + 1)
         else:

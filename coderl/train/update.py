@@ -22,6 +22,12 @@ from coderl.train.batch import BatchLoss, build_batch, merged_metrics, mini_batc
 from coderl.train.metrics import StageTimer
 from coderl.types import Trajectory
 
+NOTHING_TRAINED: dict[str, Any] = {
+    "logprob_mismatch": 0.0, "grad_norm": 0.0, "update_skipped": 1.0, "advantage_abs_mean": 0.0, "advantage_from_unsolved": 0.0,
+    "trained_tokens": 0, "optimizer_steps": 0,
+}  # fmt: skip
+"""The update metrics of a step with nothing to train on."""
+
 
 async def score_rows(
     actor: Policy, rows: list[Trajectory], temperature: float, reference: bool = False, with_values: bool = False
@@ -56,7 +62,11 @@ async def update_policy(
             values = [s.values for s in scored if s.values is not None]
     with timer("advantages"):
         batch = build_batch(rollouts, algo, max_response, ref, values)
-        parts = mini_batches(batch, algo.mini_batches)
+        trained = batch.mask.sum(dim=1) > 0  # [B] rows algo.mask_exits left out are not forwarded
+        parts = [[i for i in part if trained[i]] for part in mini_batches(batch, algo.mini_batches)]
+        parts = [part for part in parts if part]
+    if not parts:  # every sample was left out of the loss
+        return {**NOTHING_TRAINED, "left_out_samples": batch.left_out}
     if len(parts) > 1:  # every mini-batch's old policy: the weights before the first update
         with timer("old_logprobs"):
             batch.old_logp = padded([s.logprobs for s in await score_rows(actor, rows, temperature)], batch.mask.shape[1])
@@ -65,7 +75,7 @@ async def update_policy(
     bar = progress.add_task(label, total=len(parts), info="")
     with timer("update"):
         for part in parts:
-            sub = batch.subset(part) if len(parts) > 1 else batch
+            sub = batch.subset(part) if len(part) < batch.size else batch
             loss = BatchLoss(sub, algo, None if ref is None else [ref[i] for i in part])
             kept = [t.response_mask for t in sub.trajectories]  # tool output is context: no logits for it
             updates.append(
@@ -87,6 +97,7 @@ async def update_policy(
         "advantage_abs_mean": float((batch.advantages.abs() * mask).sum() / mask.sum().clamp(min=1)),
         "advantage_from_unsolved": unsolved_share(batch.advantages, mask, batch.rollout_index, rollouts),
         "trained_tokens": int(mask.sum()),
+        "left_out_samples": batch.left_out,
         "shaped_reward_mean": float(batch.rewards[batch.counted > 0].mean()),
     }
 
