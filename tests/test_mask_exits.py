@@ -17,7 +17,7 @@ from coderl.rl import AlgoConfig
 from coderl.train.actor import Actor
 from coderl.train.batch import build_batch
 from coderl.train.config import ActorConfig
-from coderl.train.metrics import StageTimer
+from coderl.train.metrics import StageTimer, summary_line
 from coderl.train.update import update_policy
 from coderl.types import Trajectory
 
@@ -103,3 +103,9 @@ def test_a_step_whose_every_sample_is_left_out_trains_nothing(tiny_model: Path) 
     metrics, forwarded = update(actor, rollouts, AlgoConfig(mask_exits=["format_limit", "token_limit"]))
     actor.close()
     assert forwarded == [] and metrics["optimizer_steps"] == 0 and metrics["left_out_samples"] == 2
+
+
+def test_the_step_line_says_how_many_samples_were_left_out() -> None:
+    row = {"pass_rate": 0.0, "reward_mean": 0.0, "response_len_mean": 9.0, "trained_tokens": 40}
+    assert "left out" not in summary_line(row)
+    assert "trained 40 tok (left out 3)" in summary_line({**row, "left_out_samples": 3})

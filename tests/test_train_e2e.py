@@ -214,7 +214,8 @@ def test_warm_start_then_rl(tmp_path: Path, tiny_model: Path) -> None:
             "sft.lr=1e-4", "sft.epochs=4", "sft.batch_size=2", "train.val_sampled=1", "train.calibrate_tasks=2",
             "train.calibrate_samples=1", "train.calibrate_from=demonstrated", "train.guide_share=0.5", "actor.lora_rank=4", f"run.dir={run}",
             "train.patch_credit=0.3",  # near misses credited in the RL step, never in validation
-            "algo.dynamic_sampling=false",  # the one step trains whatever its group scored
+            "algo.dynamic_sampling=false",  # the one step trains whatever its group scored...
+            "algo.mask_exits=[]",  # ...even where the tiny model's samples end at a limit
             f"model.path={tiny_model}",
             # a whole-run budget already spent when RL begins: train.min_steps (1) is still taken
             "train.run_minutes=0.001", "train.guide_steps=1", "train.patch_credit_steps=1",
@@ -300,6 +301,7 @@ def test_async_training_never_trains_a_sample_older_than_max_staleness(tmp_path:
             "train.max_staleness=1", f"run.dir={run}", f"model.path={tiny_model}",
             "train.rl_minutes=1e-6",  # the budget ends the run at step 2 (step 1 alone is no mean)
             "train.min_steps=1",  # the packaged recipe's 4 would outlast it
+            "algo.mask_exits=[]",  # the tiny model's samples end at a limit: trained all the same
         )
     )  # fmt: skip
     assert "report:" in out and "RL stopped after step 2 of 5" in out

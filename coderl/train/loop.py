@@ -373,10 +373,11 @@ class Trainer:
                 )
             )  # fmt: skip
             row["trained_samples"] -= row.get("left_out_samples", 0)
-            if not row["optimizer_steps"]:
+            if row["optimizer_steps"]:
+                with timer("sync"):
+                    await self._sync(self.version + 1)
+            else:  # the weights did not change: the engine keeps its version
                 log.warning("step %d: nothing to train on (algo.mask_exits left every sample out)", step)
-            with timer("sync"):
-                await self._sync(self.version + 1)
         else:
             row.update(NOTHING_TRAINED)
             why = (

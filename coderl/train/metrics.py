@@ -61,7 +61,8 @@ def rollout_metrics(step: int, results: list[RolloutResult]) -> dict[str, Any]:
 
 def summary_line(row: dict[str, Any]) -> str:
     """One console line per step: the signal first (groups that can teach, solved share, truncation,
-    parse failures, tool calls, |advantage|, tokens trained), then the update's health."""
+    parse failures, tool calls, |advantage|, tokens trained and samples algo.mask_exits left out), then the
+    update's health."""
     groups = row.get("groups", 0)
     teaching = round(row.get("teaching_groups", 0.0) * groups)
     return (
@@ -74,7 +75,9 @@ def summary_line(row: dict[str, Any]) -> str:
             else ""
         )
         + f"calls {row.get('tool_calls_mean', 0.0):.1f} no-change {row.get('no_change_share', 0.0):.0%} fix+edits {row.get('fix_plus_edits_share', 0.0):.0%} |adv| {row.get('advantage_abs_mean', 0.0):.2f} (unsolved groups {row.get('advantage_from_unsolved', 0.0):.0%}) "
-        f"trained {row.get('trained_tokens', 0)} tok len {row['response_len_mean']:.0f} "
+        f"trained {row.get('trained_tokens', 0)} tok "
+        + (f"(left out {row['left_out_samples']}) " if row.get("left_out_samples") else "")
+        + f"len {row['response_len_mean']:.0f} "
         f"kl {row.get('kl', 0.0):.4f} ent {row.get('entropy', 0.0):.2f} mismatch {row.get('logprob_mismatch', 0.0):.1e} "
         f"{row.get('step_s', 0.0):.0f}s"
     )
