@@ -19,6 +19,9 @@ coderl servers report theirs in every answer.
 Transport: aiohttp (one pooled session per client). It is on the path of every model call a proxy or a
 rollout worker makes, and costs about a third of the CPU per request that httpx did (0.47 against 1.28
 ms, the client alone timed on loopback, 2026-11-24). Cancelling a call closes its connection, so the server aborts the generation.
+Pooled connections idle for :data:`KEEPALIVE_S` are closed by the client, before a server's own idle
+timeout can close them under a request; a request whose connection was closed before any answer came
+(``ServerDisconnectedError``) is sent once more on a fresh one, and fails as the server's only then.
 """
 
 from __future__ import annotations
@@ -43,6 +46,12 @@ if TYPE_CHECKING:
     import torch
 
 log = logging.getLogger(__name__)
+
+KEEPALIVE_S = 2.0
+"""Seconds a pooled connection may sit idle before the client closes it: under the 5 s after which
+uvicorn (coderl's server, vLLM's and SGLang's, by default) closes an idle one. A longer client timeout
+leaves a window where a request goes out on a connection the server is closing and fails with "Server
+disconnected" although the server is healthy (seen in the test suite on a loaded machine)."""
 
 
 class HTTPEngine(Engine):
@@ -88,7 +97,7 @@ class HTTPEngine(Engine):
             base_url=self.base_url + "/",
             headers=headers,
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=10.0, sock_read=read_timeout_s),
-            connector=aiohttp.TCPConnector(limit=0, enable_cleanup_closed=True),
+            connector=aiohttp.TCPConnector(limit=0, enable_cleanup_closed=True, keepalive_timeout=KEEPALIVE_S),
             read_bufsize=2**20,  # a streamed line of many token ids fits
         )
 
@@ -181,35 +190,41 @@ class HTTPEngine(Engine):
         lps: list[float] = []
         final: dict[str, Any] = {}
         usage: dict[str, Any] = {}
-        try:
-            async with self._client.post(self._url(path), json=body) as response:
-                if response.status >= 400:
-                    text = (await response.read()).decode("utf-8", "replace")[:2000]
-                    if response.status == 400 and (too_long := PromptTooLongError.from_wire(text)) is not None:
-                        raise too_long
-                    kind = EngineUnavailableError if response.status in (502, 503, 504) else EngineError
-                    raise kind(f"{self.name}{path}: HTTP {response.status}: {text[:500]}")
-                async for raw in response.content:
-                    line = raw.decode("utf-8").rstrip("\r\n")
-                    if not line.startswith("data: ") or line == "data: [DONE]":
-                        continue
-                    data = json.loads(line[6:])
-                    if "error" in data:
-                        raise EngineError(f"{self.name}{path}: {str(data['error'])[:500]}")
-                    usage = data.get("usage") or usage
-                    final["policy_version"] = data.get("policy_version", final.get("policy_version"))
-                    for choice in data.get("choices") or []:
-                        new = parse_vllm_completions({"choices": [choice]}, prompt_tokens, self._version)
-                        if new.token_ids:
-                            ids += new.token_ids
-                            lps += new.logprobs
-                            on_tokens(new.token_ids, new.logprobs)
-                        if choice.get("finish_reason"):
-                            final["choice"] = choice
-        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
-            raise self._transport_error(path, exc) from exc
-        except ValueError as exc:
-            raise EngineError(f"{self.name}{path}: a stream chunk is not JSON ({exc})") from exc
+        for retry in (False, True):  # a connection the server closed as the request went out: once more
+            try:
+                async with self._client.post(self._url(path), json=body) as response:
+                    if response.status >= 400:
+                        text = (await response.read()).decode("utf-8", "replace")[:2000]
+                        if response.status == 400 and (too_long := PromptTooLongError.from_wire(text)) is not None:
+                            raise too_long
+                        kind = EngineUnavailableError if response.status in (502, 503, 504) else EngineError
+                        raise kind(f"{self.name}{path}: HTTP {response.status}: {text[:500]}")
+                    async for raw in response.content:
+                        line = raw.decode("utf-8").rstrip("\r\n")
+                        if not line.startswith("data: ") or line == "data: [DONE]":
+                            continue
+                        data = json.loads(line[6:])
+                        if "error" in data:
+                            raise EngineError(f"{self.name}{path}: {str(data['error'])[:500]}")
+                        usage = data.get("usage") or usage
+                        final["policy_version"] = data.get("policy_version", final.get("policy_version"))
+                        for choice in data.get("choices") or []:
+                            new = parse_vllm_completions({"choices": [choice]}, prompt_tokens, self._version)
+                            if new.token_ids:
+                                ids += new.token_ids
+                                lps += new.logprobs
+                                on_tokens(new.token_ids, new.logprobs)
+                            if choice.get("finish_reason"):
+                                final["choice"] = choice
+                break
+            except aiohttp.ServerDisconnectedError as exc:
+                if retry or final:  # lost once more, or mid-stream: the server's failure, not the connection's
+                    raise self._transport_error(path, exc) from exc
+                log.debug("%s%s: %s; sending it again on a fresh connection", self.name, path, exc)
+            except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+                raise self._transport_error(path, exc) from exc
+            except ValueError as exc:
+                raise EngineError(f"{self.name}{path}: a stream chunk is not JSON ({exc})") from exc
         if "choice" not in final:
             raise EngineError(f"{self.name}{path}: the stream ended without a finish reason")
         last = {**final["choice"], "token_ids": [], "logprobs": {"tokens": [], "token_logprobs": []}}
@@ -361,11 +376,17 @@ class HTTPEngine(Engine):
     async def _request(self, method: str, path: str, payload: Any = None) -> dict[str, Any]:
         if self._client is None:
             raise EngineUnavailableError(f"{self.name} is not started; call 'await engine.start()' first")
-        try:
-            async with self._client.request(method, self._url(path), json=payload) as response:
-                status, raw = response.status, await response.read()
-        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
-            raise self._transport_error(path, exc) from exc
+        for retry in (False, True):
+            try:
+                async with self._client.request(method, self._url(path), json=payload) as response:
+                    status, raw = response.status, await response.read()
+                break
+            except aiohttp.ServerDisconnectedError as exc:
+                if retry:  # a second connection lost too: the server is gone, not just the first connection
+                    raise self._transport_error(path, exc) from exc
+                log.debug("%s%s: %s; sending it again on a fresh connection", self.name, path, exc)
+            except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+                raise self._transport_error(path, exc) from exc
         if status in (502, 503, 504):
             text = raw.decode("utf-8", "replace")
             raise EngineUnavailableError(f"{self.name}{path}: HTTP {status}: {text[:300]}")
