@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from coderl.bench.rl import pooled_rise
-from coderl.rollout.store import read_trajectories
+from coderl.bench.rl import _change_f1_figures, pooled_rise, to_markdown
+from coderl.rollout.store import TrajectoryStore, read_trajectories
+from coderl.types import Trajectory
 from tests.tiny import tiny_checkpoint
 
 pytestmark = pytest.mark.slow
@@ -55,6 +56,9 @@ def test_bench_rl_runs_the_rl_phase_from_one_warm_start_against_its_control(tmp_
     [also] = r["also"]  # the val_also set, reported the same way
     assert also["source"] == "bundled:strkit-s021" and also["tasks"] == 1 and isinstance(also["control_rise"], float)
     assert also["rl_rise"] == pytest.approx(also["rl_pass_at_1"][0] - also["warm_pass_at_1"][0])
+    for kind in ("rl", "control"):  # how close the held-out patches came to the gold ones, at both ends
+        assert isinstance(r[f"{kind}_change_f1_rise"], float) and len(r[f"{kind}_change_f1_rise_ci95"]) == 2
+    assert 0.0 <= r["warm_change_f1"][0] <= 1.0 and 0.0 <= r["rl_change_f1"][0] <= 1.0
     root = Path(r["run_dirs"]["rl"][0]).parent  # runs/bench-rl-<digest>, under the bench's working directory
     assert (tmp_path / root / "warm" / "model" / "model.safetensors").is_file()
     for kind in ("rl", "control"):  # each run starts from the warm start, with no warm start of its own
@@ -217,3 +221,38 @@ def test_the_trained_tasks_control_is_the_edge_tasks_only_other_seeds_trained_on
     assert f["trained_rise"] == pytest.approx(0.25)  # (+0.5, 0, +0.5, 0) over the four seed-task pairs
     assert f["trained_edge_pairs"] == 2 and f["trained_edge_rise"] == pytest.approx(0.25)  # a (+0.5), c (0)
     assert f["untrained_edge_rise"] == pytest.approx(-0.5)  # c: 1.0 -> 0.5, a: 0.5 -> 0.0
+
+
+GOLD = "--- a/m.py\n+++ b/m.py\n@@ -2,2 +2,2 @@\n def f(x):\n-    return x - 1\n+    return x + 1\n"
+NEAR = GOLD.replace("x + 1", "x + 2")  # the bug's line changed another way: F1 0.5
+
+
+def _validation(run: Path, step: int, patches: dict[str, list[str]], kind: str = "") -> None:
+    store = TrajectoryStore(run / "validation" / f"step-{step:06d}" / kind)
+    for task, those in patches.items():
+        for i, patch in enumerate(those):
+            traj = Trajectory(task_id=task, group_id=f"{task}#val{i}", prompt_ids=[1], reward=float(patch == GOLD))
+            traj.patch = patch
+            store.add(traj, {"step": step, "resolved": patch == GOLD})
+    store.close()
+
+
+def test_change_f1_rises_are_paired_over_tasks_for_the_runs_and_their_control(tmp_path: Path) -> None:
+    rl, control = tmp_path / "rl-seed0", tmp_path / "control-seed0"
+    for run, end in ((rl, {"a": [GOLD], "b": [NEAR]}), (control, {"a": [NEAR], "b": [""]})):
+        _validation(run, 0, {"a": [NEAR], "b": [""]})
+        _validation(run, 4, end)
+        _validation(run, 0, {"a": [NEAR, ""], "b": ["", ""]}, "val_sampled")
+        _validation(run, 4, {"a": [GOLD, NEAR], "b": ["", ""]}, "val_sampled")
+    runs = {"rl": [{"run_dir": str(rl)}], "control": [{"run_dir": str(control)}]}
+    f = _change_f1_figures(runs, {"a": GOLD, "b": GOLD, "c": ""})
+    assert f["warm_change_f1"] == [pytest.approx(0.25)] and f["rl_change_f1"] == [pytest.approx(0.75)]
+    assert f["rl_change_f1_rise"] == pytest.approx(0.5)  # a: 0.5 -> 1, b: 0 -> 0.5
+    assert f["control_change_f1_rise"] == 0.0 and f["control_change_f1_rise_ci95"] == [0.0, 0.0]
+    assert f["rl_sampled_change_f1_rise"] == pytest.approx(0.25)  # a: 0.25 -> 0.75 over its two samples
+    r = {"machine": {"cpu": "x", "cores": 2, "torch": "t"}, "command": "c", "warm_start_minutes": 1.0, "steps": 4,
+         "samples_per_step": 16, "tasks": "t", "seeds": [0], "control_seeds": [0], "minutes_per_run": 1.0,
+         "teaching_group_share": 0.5, **f}  # fmt: skip
+    table = to_markdown(r)
+    assert "| greedy, change F1 against the gold patches | RL | 0.250 | 0.750 | **+0.500** |" in table
+    assert "| at the rollout temperature, change F1 against the gold patches | control (lr 0) |" in table

@@ -17,7 +17,7 @@ from coderl.engine.scripted import ScriptedEngine
 from coderl.rollout.runner import RolloutResult
 from coderl.tasks.patching import holds_change
 from coderl.train.loop import Trainer
-from coderl.train.signal import OUTCOMES, SignalWatch, outcome, outcomes, signal_metrics
+from coderl.train.signal import OUTCOMES, SignalWatch, change_f1, outcome, outcomes, signal_metrics
 from coderl.train.validation import outcome_text
 from coderl.types import Trajectory
 from tests.tiny import tiny_checkpoint
@@ -76,6 +76,22 @@ def test_a_failing_patch_that_holds_the_gold_fix_is_told_apart_from_a_wrong_one(
     assert outcome_text(counts) == "1 solved, 1 fix plus breaking edits, 1 wrong change"
     assert signal_metrics(samples, {"t": gold})["fix_plus_edits_share"] == pytest.approx(1 / 3)
     assert signal_metrics(samples)["fix_plus_edits_share"] == 0.0
+
+
+def test_change_f1_grades_how_near_a_patch_came_and_charges_for_lines_rewritten_beside_the_fix() -> None:
+    gold = "--- a/m.py\n+++ b/m.py\n@@ -2,2 +2,2 @@\n def f(x):\n-    return x - 1\n+    return x + 1\n"
+    near = gold.replace("x + 1", "x + 2")  # the bug's line, changed another way
+    broad = (  # the bug's line changed another way, and two more lines rewritten beside it
+        "--- a/m.py\n+++ b/m.py\n@@ -1,4 +1,4 @@\n-import os\n+import sys\n def f(x):\n-    return x - 1\n"
+        "+    return x + 2\n-y = 2\n+y = 3\n"
+    )
+    assert change_f1([result("t#0", 1.0, patch=gold)], {"t": gold}) == 1.0
+    assert change_f1([result("t#0", 0.0, patch=near)], {"t": gold}) == pytest.approx(0.5)
+    assert change_f1([result("t#0", 0.0, patch=broad)], {"t": gold}) == pytest.approx(0.25)  # 1 of 6 lines, 1 of 2
+    assert change_f1([result("t#0", 0.0)], {"t": gold}) == 0.0  # no change
+    both = [result("t#0", 0.0, patch=near), result("t#0", 0.0), result("u#0", 0.0, patch=near)]
+    assert change_f1(both, {"t": gold}) == pytest.approx(0.25)  # u has no gold patch: not counted
+    assert change_f1(both, {}) is None
 
 
 def test_a_starved_streak_of_unchanged_repositories_says_so() -> None:

@@ -94,6 +94,8 @@ def test_train_with_gae_killed_and_resumed_loses_nothing(tmp_path: Path, tiny_mo
         assert held["val_also_tasks"] == 1 and held["val_also_s"] > 0 and "val_also_pass_at_1" in held
         assert sum(held["val_outcomes"].values()) == 4 and held["val_outcomes"]["solved"] >= 0  # each sample once
         assert sum(held["val_also_outcomes"].values()) == 2
+        assert 0.0 <= held["val_change_f1"] <= 1.0 and 0.0 <= held["val_also_change_f1"] <= 1.0  # bundled: gold patches
+    assert "change F1 against the gold patches" in out
     assert "val_pass_at_1" not in rows[0] and start["policy_version"] == 0
     assert len(read_trajectories(run / "validation" / "step-000000")) == 4
     assert "held-out pass@1 (start -> end)" in out

@@ -14,7 +14,10 @@ and after the RL phase, per seed); ``rl_rise`` (their mean difference) with ``rl
 bootstrap over tasks, :func:`coderl.bench.learn.paired_rise`); ``control_rise`` with
 ``control_rise_ci95``; ``teaching_group_share`` (the share of groups whose rewards differed, mean over
 the RL runs' steps); the same ``*_sampled_*`` figures for the validation at the rollout temperature
-when ``train.val_sampled > 0``.
+when ``train.val_sampled > 0``; and the held-out split's change F1 (:func:`coderl.train.signal.change_f1`:
+how close the patches came to the gold ones, per task the mean over its samples) the same way:
+``warm_change_f1``, ``rl_change_f1``, ``rl_change_f1_rise`` with ``rl_change_f1_rise_ci95``, the
+control's, and ``*_sampled_change_f1*`` — a diagnostic beside pass@1, not the target.
 
 ``--no-control`` leaves the controls out (half the runs): for comparing RL settings on a dev split
 (``train.dev_size``), where what matters is how the settings rank, not whether weights that do not
@@ -74,6 +77,8 @@ from coderl.config import Config
 from coderl.config.loader import dump_config
 from coderl.errors import CoderlError
 from coderl.rollout.store import read_trajectories
+from coderl.tasks import load_tasks
+from coderl.tasks.patching import change_overlap
 from coderl.threads import share_of_cores
 from coderl.train.checkpoints import read_metrics
 from coderl.train.sft import DEMONSTRATED, read_demonstrated
@@ -388,6 +393,7 @@ def bench_rl(
             figures = _rise_figures(runs, held, infix)
             out[f"{infix}held_out_tasks"] = figures.pop("tasks")
             out |= figures
+    out |= _change_f1_figures(runs, {t.id: t.gold_patch or "" for t in load_tasks(cfg.train.tasks)})
     out["also"] = [
         {"source": source, **_rise_figures(runs, also_prefix(i))} for i, source in enumerate(cfg.train.val_also)
     ]
@@ -420,25 +426,62 @@ def _means(rates: list[dict[str, float]]) -> list[float]:
     return [statistics.fmean(r.values()) if r else 0.0 for r in rates]
 
 
-def _rise_figures(runs: dict[str, list[dict[str, Any]]], held: str, infix: str = "") -> dict[str, Any]:
+def _rise_figures(
+    runs: dict[str, list[dict[str, Any]]], held: str, infix: str = "", value: str = "pass_at_1", rise: str = "rise"
+) -> dict[str, Any]:
     """One held-out set's figures (module doc; ``held`` its key in the runs' results, ``infix`` the
-    keys' infix): pass@1 before and after per seed, the paired rise and its interval, for the RL runs and
-    (when there are any) the controls; and ``tasks``, how many tasks the rises pair."""
+    keys' infix; ``value`` and ``rise`` name the measure, pass@1 unless told): its value before and after
+    per seed, the paired rise and its interval, for the RL runs and (when there are any) the controls;
+    and ``tasks``, how many tasks the rises pair."""
     figures: dict[str, Any] = {}
     for kind in ("rl", "control") if runs["control"] else ("rl",):
         starts = [r[held][0] for r in runs[kind]]
         ends = [r[held][1] for r in runs[kind]]
-        rise = paired_rise(starts, ends)
+        paired = paired_rise(starts, ends)
         if kind == "rl":
-            figures[f"warm_{infix}pass_at_1"] = _means(starts)
-            figures[f"rl_{infix}pass_at_1"] = _means(ends)
+            figures[f"warm_{infix}{value}"] = _means(starts)
+            figures[f"rl_{infix}{value}"] = _means(ends)
         else:
-            figures[f"control_{infix}start_pass_at_1"] = _means(starts)
-            figures[f"control_{infix}end_pass_at_1"] = _means(ends)
-        figures[f"{kind}_{infix}rise"] = rise["mean_rise"]
-        figures[f"{kind}_{infix}rise_ci95"] = rise["rise_ci95"]
-        figures["tasks"] = rise["tasks"]
+            figures[f"control_{infix}start_{value}"] = _means(starts)
+            figures[f"control_{infix}end_{value}"] = _means(ends)
+        figures[f"{kind}_{infix}{rise}"] = paired["mean_rise"]
+        figures[f"{kind}_{infix}{rise}_ci95"] = paired["rise_ci95"]
+        figures["tasks"] = paired["tasks"]
     return figures
+
+
+def _change_f1_figures(runs: dict[str, list[dict[str, Any]]], golds: dict[str, str]) -> dict[str, Any]:
+    """The held-out split's change F1 (:func:`coderl.train.signal.change_f1`, per task: the mean over its
+    samples) before and after RL, as :func:`_rise_figures` gives pass@1: keys ``warm_change_f1``,
+    ``rl_change_f1``, ``rl_change_f1_rise`` (``_ci95``), the control's, and ``sampled_`` ones."""
+    pairs = {kind: [_first_last_f1(Path(r["run_dir"]), golds) for r in rs] for kind, rs in runs.items()}
+    out: dict[str, Any] = {}
+    for held, infix in (("val", ""), ("val_sampled", "sampled_")):
+        if any(p[held][0] for p in pairs["rl"]):
+            figures = _rise_figures(pairs, held, infix, value="change_f1", rise="change_f1_rise")
+            figures.pop("tasks")
+            out |= figures
+    return out
+
+
+def _first_last_f1(run_dir: Path, golds: dict[str, str]) -> dict[str, tuple[dict[str, float], dict[str, float]]]:
+    folders = sorted((run_dir / "validation").iterdir()) if (run_dir / "validation").is_dir() else []
+    if not folders:
+        return {"val": ({}, {}), "val_sampled": ({}, {})}
+    first, last = folders[0], folders[-1]
+    return {
+        "val": (_task_change_f1(first, golds), _task_change_f1(last, golds)),
+        "val_sampled": (_task_change_f1(first / "val_sampled", golds), _task_change_f1(last / "val_sampled", golds)),
+    }
+
+
+def _task_change_f1(folder: Path, golds: dict[str, str]) -> dict[str, float]:
+    """Per task of one validation set, the mean change F1 of its samples against the task's gold patch."""
+    by_task: dict[str, list[float]] = {}
+    for row in read_trajectories(folder) if (folder / "trajectories").is_dir() else []:
+        if row.get("part", 0) == 0 and (gold := golds.get(row["task_id"], "")):
+            by_task.setdefault(row["task_id"], []).append(change_overlap(row.get("patch") or "", gold))
+    return {task: statistics.fmean(v) for task, v in by_task.items()}
 
 
 def to_markdown(r: dict[str, Any]) -> str:
@@ -471,22 +514,25 @@ def to_markdown(r: dict[str, Any]) -> str:
         "|---|---|---|---|---|---|",
     ]
 
-    def rows(label: str, f: dict[str, Any], infix: str = "") -> list[str]:
+    def rows(label: str, f: dict[str, Any], infix: str = "", value: str = "pass_at_1", rise: str = "rise") -> list[str]:
         out = []
         for kind, key in (("RL", "rl"), ("control (lr 0)", "control")):
-            if f"{key}_{infix}rise" not in f:
+            if f"{key}_{infix}{rise}" not in f:
                 continue
-            starts = f[f"warm_{infix}pass_at_1"] if key == "rl" else f.get(f"control_{infix}start_pass_at_1", f[f"warm_{infix}pass_at_1"])
-            ends = f[f"{key}_{infix}pass_at_1" if key == "rl" else f"control_{infix}end_pass_at_1"]
-            lo, hi = f[f"{key}_{infix}rise_ci95"]
+            starts = f[f"warm_{infix}{value}"] if key == "rl" else f.get(f"control_{infix}start_{value}", f[f"warm_{infix}{value}"])
+            ends = f[f"{key}_{infix}{value}" if key == "rl" else f"control_{infix}end_{value}"]
+            lo, hi = f[f"{key}_{infix}{rise}_ci95"]
             out.append(
-                f"| {label} | {kind} | {cells(starts)} | {cells(ends)} | **{f[f'{key}_{infix}rise']:+.3f}** | [{lo:+.3f}, {hi:+.3f}] |"
+                f"| {label} | {kind} | {cells(starts)} | {cells(ends)} | **{f[f'{key}_{infix}{rise}']:+.3f}** | [{lo:+.3f}, {hi:+.3f}] |"
             )
         return out
 
     for infix, label in (("", "greedy"), ("sampled_", "at the rollout temperature")):
         if f"warm_{infix}pass_at_1" in r:
             lines += rows(f"{label} ({r[f'{infix}held_out_tasks']} tasks)", r, infix)
+    for infix, label in (("", "greedy"), ("sampled_", "at the rollout temperature")):
+        if f"warm_{infix}change_f1" in r:
+            lines += rows(f"{label}, change F1 against the gold patches", r, infix, "change_f1", "change_f1_rise")
     for also in r.get("also", []):
         lines += rows(f"greedy, `{also['source']}` ({also['tasks']} tasks)", also)
     if "trained_rise" in r:

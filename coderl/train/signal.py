@@ -9,7 +9,7 @@ reward is 0 before the model did anything), the tool-call parser never matches w
 the group holds one sample, or the tasks are all too hard (or all too easy) for the policy.
 
 Owns: the per-step signal figures of a step's rollouts (:func:`signal_metrics`), how each sample ended
-(:func:`outcomes`, also for validation) and the diagnosis of a starved run (:class:`SignalWatch`). Must not: choose what is trained on (DAPO dynamic sampling does,
+(:func:`outcomes`, also for validation) and how close its patch came to the gold one (:func:`change_f1`) and the diagnosis of a starved run (:class:`SignalWatch`). Must not: choose what is trained on (DAPO dynamic sampling does,
 in the loop) or touch rewards; every figure is read off the rollouts as graded.
 
 Figures, per step (all samples rolled out in the step, refills included):
@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from coderl.rollout.runner import RolloutResult
-from coderl.tasks.patching import holds_change
+from coderl.tasks.patching import change_overlap, holds_change
 from coderl.train.credit import KEY, credit_of
 from coderl.types import Task
 
@@ -82,6 +82,20 @@ def outcomes(results: list[RolloutResult], golds: Mapping[str, str] | None = Non
     for r in results:
         counts[outcome(r, (golds or {}).get(r.trajectory.task_id, ""))] += 1
     return counts
+
+
+def change_f1(results: list[RolloutResult], golds: Mapping[str, str]) -> float | None:
+    """Mean over samples of how closely each patch makes its task's gold change
+    (:func:`coderl.tasks.patching.change_overlap`: the F1 of the changed lines; 1 for the fix itself, about
+    0.5 for its line changed another way, less for every line rewritten beside it, 0 for no change):
+    a graded read of how near unsolved samples came, which does not reward rewriting more of the code.
+    ``None`` when no sample's task has a gold patch. It reads outcomes only; nothing trains on it."""
+    scores = [
+        change_overlap(r.trajectory.patch, gold)
+        for r in results
+        if (gold := golds.get(r.trajectory.task_id, ""))
+    ]
+    return sum(scores) / len(scores) if scores else None
 
 
 def _groups(results: list[RolloutResult]) -> dict[str, list[float]]:

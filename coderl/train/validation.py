@@ -30,7 +30,7 @@ from coderl.rollout.report import build_report
 from coderl.rollout.runner import RolloutGroup, RolloutResult, task_groups
 from coderl.rollout.store import TrajectoryStore
 from coderl.train.config import TrainConfig
-from coderl.train.signal import gold_patches, outcomes
+from coderl.train.signal import change_f1, gold_patches, outcomes
 from coderl.types import Task
 
 Roll = Callable[[list[RolloutGroup], str, float | None], Awaitable[list[RolloutResult]]]
@@ -135,7 +135,9 @@ class Validation:
         store.close()
         report = build_report([r.report_row() for r in results], {x.id: x.tier for x in tasks}, [1])
         lo, hi = report["pass@1_ci95"]
-        ended = outcomes(results, gold_patches(tasks))
+        golds = gold_patches(tasks)
+        ended = outcomes(results, golds)
+        f1 = change_f1(results, golds)
         label = f"{'dev' if self.train.dev_size else 'held-out'} pass@1"  # dev: tasks of a dev split
         if prefix == "val_sampled":
             label += f" at T={temperature:g}"
@@ -143,7 +145,8 @@ class Validation:
             label += f" ({source})"
         self.console.print(
             f"{where}: {label} {report['pass@1']:.3f} [95% {lo:.3f}, {hi:.3f}] over {len(tasks)} tasks x "
-            f"{samples} samples ({report['resolved_instances']} tasks solved; samples: {outcome_text(ended)})"
+            f"{samples} samples ({report['resolved_instances']} tasks solved; samples: {outcome_text(ended)}"
+            + (f"; change F1 against the gold patches {f1:.3f})" if f1 is not None else ")")
         )
         return {
             **({f"{prefix}_source": source} if source else {}),
@@ -156,6 +159,7 @@ class Validation:
             f"{prefix}_samples": samples,
             f"{prefix}_temperature": temperature,
             f"{prefix}_outcomes": ended,
+            **({f"{prefix}_change_f1": f1} if f1 is not None else {}),
             f"{prefix}_s": round(time.perf_counter() - began, 2),  # this set's wall clock (sets overlap)
         }
 
