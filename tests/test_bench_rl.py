@@ -14,6 +14,7 @@ from rich.console import Console
 
 from coderl.bench.rl import _change_f1_figures, pooled_rise, to_markdown
 from coderl.rollout.store import TrajectoryStore, read_trajectories
+from coderl.tasks.patching import change_overlap
 from coderl.types import Trajectory
 from tests.tiny import tiny_checkpoint
 
@@ -228,12 +229,15 @@ NEAR = GOLD.replace("x + 1", "x + 2")  # the bug's line changed another way: F1 
 
 
 def _validation(run: Path, step: int, patches: dict[str, list[str]], kind: str = "") -> None:
+    """A validation set as a run stores it: each sample with its change F1, where its task has a gold
+    patch (task ``c`` has none)."""
     store = TrajectoryStore(run / "validation" / f"step-{step:06d}" / kind)
-    for task, those in patches.items():
+    for task, those in {**patches, "c": ["whatever"]}.items():
         for i, patch in enumerate(those):
             traj = Trajectory(task_id=task, group_id=f"{task}#val{i}", prompt_ids=[1], reward=float(patch == GOLD))
             traj.patch = patch
-            store.add(traj, {"step": step, "resolved": patch == GOLD})
+            f1 = {"change_f1": change_overlap(patch, GOLD)} if task != "c" else {}
+            store.add(traj, {"step": step, "resolved": patch == GOLD, **f1})
     store.close()
 
 
@@ -245,7 +249,8 @@ def test_change_f1_rises_are_paired_over_tasks_for_the_runs_and_their_control(tm
         _validation(run, 0, {"a": [NEAR, ""], "b": ["", ""]}, "val_sampled")
         _validation(run, 4, {"a": [GOLD, NEAR], "b": ["", ""]}, "val_sampled")
     runs = {"rl": [{"run_dir": str(rl)}], "control": [{"run_dir": str(control)}]}
-    f = _change_f1_figures(runs, {"a": GOLD, "b": GOLD, "c": ""})
+    f = _change_f1_figures(runs)
+    assert f["change_f1_tasks"] == 2 and f["sampled_change_f1_tasks"] == 2  # c: no gold patch, no F1
     assert f["warm_change_f1"] == [pytest.approx(0.25)] and f["rl_change_f1"] == [pytest.approx(0.75)]
     assert f["rl_change_f1_rise"] == pytest.approx(0.5)  # a: 0.5 -> 1, b: 0 -> 0.5
     assert f["control_change_f1_rise"] == 0.0 and f["control_change_f1_rise_ci95"] == [0.0, 0.0]
@@ -254,5 +259,6 @@ def test_change_f1_rises_are_paired_over_tasks_for_the_runs_and_their_control(tm
          "samples_per_step": 16, "tasks": "t", "seeds": [0], "control_seeds": [0], "minutes_per_run": 1.0,
          "teaching_group_share": 0.5, **f}  # fmt: skip
     table = to_markdown(r)
-    assert "| greedy, change F1 against the gold patches | RL | 0.250 | 0.750 | **+0.500** |" in table
-    assert "| at the rollout temperature, change F1 against the gold patches | control (lr 0) |" in table
+    assert "| greedy, change F1 against the gold patches (2 tasks) | RL | 0.250 | 0.750 | **+0.500** |" in table
+    assert "| at the rollout temperature, change F1 against the gold patches (2 tasks) | control (lr 0) |" in table
+    assert _change_f1_figures({"rl": [{"run_dir": str(tmp_path / "none")}], "control": []}) == {}  # nothing stored

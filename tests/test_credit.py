@@ -9,7 +9,7 @@ import pytest
 from coderl.config import load_config
 from coderl.errors import ConfigError
 from coderl.rl import AlgoConfig
-from coderl.tasks.patching import change_overlap
+from coderl.tasks.patching import change_overlap, rewrites_only_gold_lines
 from coderl.train.batch import build_batch
 from coderl.train.credit import PatchCredit
 from coderl.train.metrics import summary_line
@@ -54,6 +54,22 @@ def test_the_credit_falls_to_zero_and_never_reaches_a_solved_sample() -> None:
         PatchCredit(1.0, 4, {})
 
 
+def test_the_precise_credit_pays_only_near_misses_that_stay_on_the_bugs_lines() -> None:
+    broad = (  # the bug's line changed another way, and a line the gold patch leaves rewritten beside it
+        "--- a/m.py\n+++ b/m.py\n@@ -2,3 +2,3 @@\n def f(x):\n-    return x - 1\n+    return x + 2\n-y = 2\n+y = 3\n"
+    )
+    assert rewrites_only_gold_lines(OTHER_WAY, GOLD) and rewrites_only_gold_lines(GOLD, GOLD)
+    assert not rewrites_only_gold_lines(broad, GOLD) and not rewrites_only_gold_lines(WITH_EDITS, GOLD)
+    assert not rewrites_only_gold_lines(GOLD.replace("m.py", "n.py"), GOLD)  # the same line, another file
+    samples = [result("t#0", 0.0, patch=p) for p in (OTHER_WAY, broad, WITH_EDITS, ELSEWHERE, "")]
+    PatchCredit(0.4, 4, {"t": GOLD}).apply(samples, step=1)
+    plain = [r.trajectory.metrics["patch_credit"] for r in samples]
+    assert plain[1] > 0 and plain[2] > 0  # the F1 alone pays the broad rewrite that touched the bug's line
+    PatchCredit(0.4, 4, {"t": GOLD}, precise=True).apply(samples, step=1)
+    precise = [r.trajectory.metrics["patch_credit"] for r in samples]
+    assert precise == pytest.approx([plain[0], 0.0, 0.0, 0.0, 0.0]) and plain[0] == pytest.approx(0.2)
+
+
 def test_a_group_that_all_failed_teaches_by_its_credit() -> None:
     failed = [result("t#0", 0.0, patch=OTHER_WAY), result("t#0", 0.0), result("u#1", 0.0), result("u#1", 0.0)]
     assert informative_groups(failed) == set()  # without credit: every reward 0, nothing to learn
@@ -79,6 +95,9 @@ def test_patch_credit_config_is_checked() -> None:
         load_config(overrides=["train.patch_credit=1.0"])
     with pytest.raises(ConfigError, match=r"train\.patch_credit_steps: empty with train\.patch_credit=0\.3"):
         load_config(overrides=["train.patch_credit=0.3", "train.rl_minutes=5"])
+    assert load_config(overrides=["train.patch_credit=0.3", "train.patch_credit_precise=true"]).train.patch_credit_precise
+    with pytest.raises(ConfigError, match=r"train\.patch_credit_precise=true .* train\.patch_credit=0 gives none"):
+        load_config(overrides=["train.patch_credit_precise=true"])
 
 
 def test_the_starved_signal_warning_says_when_only_the_credit_taught() -> None:

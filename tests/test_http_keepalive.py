@@ -135,3 +135,13 @@ async def test_an_idle_connection_is_closed_before_the_servers_idle_timeout(serv
     assert await eng.healthy()
     await eng.stop()
     assert server.connections == 2  # the idle one was not reused
+
+
+async def test_a_weight_update_is_never_sent_twice(serve, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    server = Server(drop_all=True)  # as if the server loaded the weights, then the connection dropped
+    eng = engine(await serve(server))
+    await eng.start()
+    with pytest.raises(EngineUnavailableError, match="/update_weights_from_disk: ServerDisconnectedError"):
+        await eng.update_weights(tmp_path)
+    await eng.stop()
+    assert server.dropped == 1  # a second load would have counted as another policy version

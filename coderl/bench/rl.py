@@ -17,7 +17,7 @@ the RL runs' steps); the same ``*_sampled_*`` figures for the validation at the 
 when ``train.val_sampled > 0``; and the held-out split's change F1 (:func:`coderl.train.signal.change_f1`:
 how close the patches came to the gold ones, per task the mean over its samples) the same way:
 ``warm_change_f1``, ``rl_change_f1``, ``rl_change_f1_rise`` with ``rl_change_f1_rise_ci95``, the
-control's, and ``*_sampled_change_f1*`` — a diagnostic beside pass@1, not the target.
+control's, ``*_sampled_change_f1*`` and ``change_f1_tasks`` — a diagnostic beside pass@1, not the target.
 
 ``--no-control`` leaves the controls out (half the runs): for comparing RL settings on a dev split
 (``train.dev_size``), where what matters is how the settings rank, not whether weights that do not
@@ -77,8 +77,6 @@ from coderl.config import Config
 from coderl.config.loader import dump_config
 from coderl.errors import CoderlError
 from coderl.rollout.store import read_trajectories
-from coderl.tasks import load_tasks
-from coderl.tasks.patching import change_overlap
 from coderl.threads import share_of_cores
 from coderl.train.checkpoints import read_metrics
 from coderl.train.sft import DEMONSTRATED, read_demonstrated
@@ -393,7 +391,7 @@ def bench_rl(
             figures = _rise_figures(runs, held, infix)
             out[f"{infix}held_out_tasks"] = figures.pop("tasks")
             out |= figures
-    out |= _change_f1_figures(runs, {t.id: t.gold_patch or "" for t in load_tasks(cfg.train.tasks)})
+    out |= _change_f1_figures(runs)
     out["also"] = [
         {"source": source, **_rise_figures(runs, also_prefix(i))} for i, source in enumerate(cfg.train.val_also)
     ]
@@ -450,37 +448,39 @@ def _rise_figures(
     return figures
 
 
-def _change_f1_figures(runs: dict[str, list[dict[str, Any]]], golds: dict[str, str]) -> dict[str, Any]:
+def _change_f1_figures(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     """The held-out split's change F1 (:func:`coderl.train.signal.change_f1`, per task: the mean over its
-    samples) before and after RL, as :func:`_rise_figures` gives pass@1: keys ``warm_change_f1``,
-    ``rl_change_f1``, ``rl_change_f1_rise`` (``_ci95``), the control's, and ``sampled_`` ones."""
-    pairs = {kind: [_first_last_f1(Path(r["run_dir"]), golds) for r in rs] for kind, rs in runs.items()}
+    samples, as each validation stored it) before and after RL, as :func:`_rise_figures` gives pass@1:
+    keys ``warm_change_f1``, ``rl_change_f1``, ``rl_change_f1_rise`` (``_ci95``), the control's, the
+    ``sampled_`` ones, and ``change_f1_tasks`` (how many tasks the rises pair; tasks without a gold patch
+    have no F1). Nothing where the validations stored none (runs of an older coderl)."""
+    pairs = {kind: [_first_last_f1(Path(r["run_dir"])) for r in rs] for kind, rs in runs.items()}
     out: dict[str, Any] = {}
     for held, infix in (("val", ""), ("val_sampled", "sampled_")):
-        if any(p[held][0] for p in pairs["rl"]):
+        if all(p[held][0] and p[held][1] for p in pairs["rl"]):
             figures = _rise_figures(pairs, held, infix, value="change_f1", rise="change_f1_rise")
-            figures.pop("tasks")
+            out[f"{infix}change_f1_tasks"] = figures.pop("tasks")
             out |= figures
     return out
 
 
-def _first_last_f1(run_dir: Path, golds: dict[str, str]) -> dict[str, tuple[dict[str, float], dict[str, float]]]:
+def _first_last_f1(run_dir: Path) -> dict[str, tuple[dict[str, float], dict[str, float]]]:
     folders = sorted((run_dir / "validation").iterdir()) if (run_dir / "validation").is_dir() else []
     if not folders:
         return {"val": ({}, {}), "val_sampled": ({}, {})}
     first, last = folders[0], folders[-1]
     return {
-        "val": (_task_change_f1(first, golds), _task_change_f1(last, golds)),
-        "val_sampled": (_task_change_f1(first / "val_sampled", golds), _task_change_f1(last / "val_sampled", golds)),
+        "val": (_task_change_f1(first), _task_change_f1(last)),
+        "val_sampled": (_task_change_f1(first / "val_sampled"), _task_change_f1(last / "val_sampled")),
     }
 
 
-def _task_change_f1(folder: Path, golds: dict[str, str]) -> dict[str, float]:
-    """Per task of one validation set, the mean change F1 of its samples against the task's gold patch."""
+def _task_change_f1(folder: Path) -> dict[str, float]:
+    """Per task of one validation set, the mean change F1 its samples were stored with."""
     by_task: dict[str, list[float]] = {}
     for row in read_trajectories(folder) if (folder / "trajectories").is_dir() else []:
-        if row.get("part", 0) == 0 and (gold := golds.get(row["task_id"], "")):
-            by_task.setdefault(row["task_id"], []).append(change_overlap(row.get("patch") or "", gold))
+        if row.get("part", 0) == 0 and row.get("change_f1") is not None:
+            by_task.setdefault(row["task_id"], []).append(float(row["change_f1"]))
     return {task: statistics.fmean(v) for task, v in by_task.items()}
 
 
@@ -532,7 +532,8 @@ def to_markdown(r: dict[str, Any]) -> str:
             lines += rows(f"{label} ({r[f'{infix}held_out_tasks']} tasks)", r, infix)
     for infix, label in (("", "greedy"), ("sampled_", "at the rollout temperature")):
         if f"warm_{infix}change_f1" in r:
-            lines += rows(f"{label}, change F1 against the gold patches", r, infix, "change_f1", "change_f1_rise")
+            tasks = r[f"{infix}change_f1_tasks"]
+            lines += rows(f"{label}, change F1 against the gold patches ({tasks} tasks)", r, infix, "change_f1", "change_f1_rise")
     for also in r.get("also", []):
         lines += rows(f"greedy, `{also['source']}` ({also['tasks']} tasks)", also)
     if "trained_rise" in r:

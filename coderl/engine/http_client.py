@@ -21,12 +21,14 @@ rollout worker makes, and costs about a third of the CPU per request that httpx 
 ms, the client alone timed on loopback, 2026-11-24). Cancelling a call closes its connection, so the server aborts the generation.
 Pooled connections idle for :data:`KEEPALIVE_S` are closed by the client, before a server's own idle
 timeout can close them under a request; a request whose connection was closed before any answer came
-(``ServerDisconnectedError``) is sent once more on a fresh one, and fails as the server's only then.
+(a clean close or a reset) is sent once more on a fresh one, and fails as the server's only then — a
+weight update excepted, which is never sent twice.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import logging
 import uuid
@@ -217,12 +219,11 @@ class HTTPEngine(Engine):
                             if choice.get("finish_reason"):
                                 final["choice"] = choice
                 break
-            except aiohttp.ServerDisconnectedError as exc:
-                if retry or final:  # lost once more, or mid-stream: the server's failure, not the connection's
-                    raise self._transport_error(path, exc) from exc
-                log.debug("%s%s: %s; sending it again on a fresh connection", self.name, path, exc)
             except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
-                raise self._transport_error(path, exc) from exc
+                # lost once more, or mid-stream, or not a closed connection: the server's failure
+                if retry or final or not _connection_closed(exc):
+                    raise self._transport_error(path, exc) from exc
+                log.info("%s%s: %s; sending it again on a fresh connection", self.name, path, exc)
             except ValueError as exc:
                 raise EngineError(f"{self.name}{path}: a stream chunk is not JSON ({exc})") from exc
         if "choice" not in final:
@@ -308,7 +309,10 @@ class HTTPEngine(Engine):
                 "vLLM servers have no stable HTTP endpoint to reload full weights; use engine.api=sglang, a "
                 "coderl server, or vLLM's RLHF weight-sync route"
             )
-        body = await self._request("POST", "/update_weights_from_disk", payload={"model_path": str(weights)})
+        # never sent twice: a load the server made before the connection dropped would count as two versions
+        body = await self._request(
+            "POST", "/update_weights_from_disk", payload={"model_path": str(weights)}, resend=False
+        )
         if not body.get("success", False):
             raise EngineError(f"{self.name}: weight update failed: {body.get('message')}")
         self._version = int(body.get("policy_version", self._version + 1))
@@ -373,7 +377,9 @@ class HTTPEngine(Engine):
             return EngineError(f"{self.name}{path}: timed out after {self.cfg.request_timeout_s}s")
         return EngineUnavailableError(f"{self.name}{path}: {type(exc).__name__}: {exc}")
 
-    async def _request(self, method: str, path: str, payload: Any = None) -> dict[str, Any]:
+    async def _request(self, method: str, path: str, payload: Any = None, resend: bool = True) -> dict[str, Any]:
+        """One exchange; ``resend``: a request whose connection closed before any answer goes out once
+        more (aiohttp itself already does that for GET, so a GET may go out up to four times)."""
         if self._client is None:
             raise EngineUnavailableError(f"{self.name} is not started; call 'await engine.start()' first")
         for retry in (False, True):
@@ -381,12 +387,10 @@ class HTTPEngine(Engine):
                 async with self._client.request(method, self._url(path), json=payload) as response:
                     status, raw = response.status, await response.read()
                 break
-            except aiohttp.ServerDisconnectedError as exc:
-                if retry:  # a second connection lost too: the server is gone, not just the first connection
-                    raise self._transport_error(path, exc) from exc
-                log.debug("%s%s: %s; sending it again on a fresh connection", self.name, path, exc)
             except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
-                raise self._transport_error(path, exc) from exc
+                if retry or not resend or not _connection_closed(exc):
+                    raise self._transport_error(path, exc) from exc
+                log.info("%s%s: %s; sending it again on a fresh connection", self.name, path, exc)
         if status in (502, 503, 504):
             text = raw.decode("utf-8", "replace")
             raise EngineUnavailableError(f"{self.name}{path}: HTTP {status}: {text[:300]}")
@@ -473,3 +477,13 @@ def _token_id(token: str) -> int:
             f"token {token!r} is not of the form 'token_id:<id>'; send return_tokens_as_token_ids=true"
         )
     return int(token.split(":", 1)[1])
+
+
+def _connection_closed(exc: BaseException) -> bool:
+    """The server closed the connection under the request (its idle timeout crossing it): a clean close
+    (``ServerDisconnectedError``) or a reset (``ECONNRESET``, ``EPIPE``), not a refusal or a timeout."""
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return True
+    return isinstance(exc, aiohttp.ClientOSError) and not isinstance(exc, aiohttp.ClientConnectorError) and (
+        exc.errno in (errno.ECONNRESET, errno.EPIPE)
+    )

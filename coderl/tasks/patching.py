@@ -123,6 +123,13 @@ def change_overlap(patch: str, gold: str) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
+def rewrites_only_gold_lines(patch: str, gold: str) -> bool:
+    """Whether every line ``patch`` removes (rewrites or deletes) is one ``gold`` removes too: the
+    change stays on the bug's lines, whatever it writes there. A patch that removes nothing passes."""
+    mine = {(path, line) for path, sign, line in _change_counts(patch) if sign == "-"}
+    return mine <= {(path, line) for path, sign, line in _change_counts(gold) if sign == "-"}
+
+
 def _change_counts(patch: str) -> Counter[tuple[str, str, str]]:
     counts: Counter[tuple[str, str, str]] = Counter()
     for piece in split_patch(patch):

@@ -156,6 +156,10 @@ class TrainConfig(Section):
     count solved tasks only. 0 = off (below 1, so a solved sample always scores highest)."""
     patch_credit_steps: int | None = Field(None, ge=1)
     """RL steps over which the partial credit anneals to 0; empty = train.steps."""
+    patch_credit_precise: bool = False
+    """Credit only near misses that stay on the bug's lines: a patch that rewrites or deletes any line
+    the gold patch leaves gets none, however much of the fix it holds (the plain F1 still pays a rewrite
+    of the whole function that touches the bug's line; docs/training.md). Not yet measured."""
     calibrate_tasks: int = Field(0, ge=0)
     """Before the first RL step (after the warm start, when there is one): roll out this many training
     tasks train.calibrate_samples times under the current policy and start the curriculum's pass-rate
@@ -243,6 +247,12 @@ class TrainConfig(Section):
                 f"the credit would anneal over all {self.steps} train.steps, and a run the budget ends sooner "
                 "would stop still crediting near misses; set train.patch_credit_steps to the steps the budget "
                 "allows"
+            )
+        if self.patch_credit_precise and self.patch_credit == 0:
+            raise ValueError(
+                "train.patch_credit_precise=true changes which near misses earn the partial credit, and "
+                "train.patch_credit=0 gives none; set train.patch_credit (e.g. 0.3) or leave "
+                "train.patch_credit_precise false"
             )
         return self
     val_size: int = Field(8, ge=1)

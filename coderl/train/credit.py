@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from coderl.rollout.runner import RolloutResult
-from coderl.tasks.patching import change_overlap
+from coderl.tasks.patching import change_overlap, rewrites_only_gold_lines
 
 KEY = "patch_credit"
 """The trajectory metric that holds a sample's (scaled) credit."""
@@ -27,14 +27,16 @@ KEY = "patch_credit"
 
 class PatchCredit:
     """``start`` (train.patch_credit) falling to 0 over ``steps`` RL steps; ``golds``: the training
-    tasks' gold patches by task id."""
+    tasks' gold patches by task id; ``precise`` (train.patch_credit_precise): no credit for a patch that
+    rewrites a line the gold patch leaves (:func:`coderl.tasks.patching.rewrites_only_gold_lines`)."""
 
-    def __init__(self, start: float, steps: int, golds: Mapping[str, str]) -> None:
+    def __init__(self, start: float, steps: int, golds: Mapping[str, str], precise: bool = False) -> None:
         if not 0.0 <= start < 1.0:
             raise ValueError(f"patch credit {start!r}: give a number in [0, 1)")
         self.start = start
         self.steps = max(steps, 1)
         self.golds = golds
+        self.precise = precise
 
     def coef(self, step: int) -> float:
         """The credit's weight at RL step ``step`` (1-based): linear from ``start`` to 0 after ``steps``."""
@@ -47,7 +49,10 @@ class PatchCredit:
         for r in results:
             t = r.trajectory
             gold = self.golds.get(t.task_id, "")
-            credit = 0.0 if r.resolved or not gold or coef <= 0 else coef * change_overlap(t.patch, gold)
+            if r.resolved or not gold or coef <= 0 or (self.precise and not rewrites_only_gold_lines(t.patch, gold)):
+                credit = 0.0
+            else:
+                credit = coef * change_overlap(t.patch, gold)
             t.metrics[KEY] = credit
 
 

@@ -189,7 +189,7 @@ class Trainer:
         guidance = Guidance(cfg.train, cfg.rollout, chat, held) if cfg.train.guide_share > 0 else None
         t = cfg.train
         credit = (
-            PatchCredit(t.patch_credit, t.patch_credit_steps or t.steps, gold_patches(self.tasks))
+            PatchCredit(t.patch_credit, t.patch_credit_steps or t.steps, gold_patches(self.tasks), t.patch_credit_precise)
             if t.patch_credit > 0
             else None
         )

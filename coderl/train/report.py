@@ -25,7 +25,7 @@ _W, _H, _PAD = 520, 220, 58
 
 CHARTS: list[tuple[str, list[str]]] = [
     ("Held-out pass@1 (95% interval)", ["val_pass_at_1", "val_sampled_pass_at_1", "val_also_pass_at_1", "val_also2_pass_at_1", "val_also3_pass_at_1"]),
-    ("Held-out change F1 against the gold patches (how near the samples came)", ["val_change_f1", "val_sampled_change_f1"]),
+    ("Held-out change F1 against the gold patches (how near the samples came)", ["val_change_f1", "val_sampled_change_f1", "val_also_change_f1", "val_also2_change_f1", "val_also3_change_f1"]),
     ("RL signal: groups that can teach, solved share, reward", ["teaching_groups", "pass_rate", "reward_mean", "shaped_reward_mean"]),
     ("Partial credit (train.patch_credit): mean per unsolved sample, groups teaching by it alone", ["patch_credit_mean", "credit_groups"]),
     ("Truncated samples and turns, tool-call parse failures, samples ending with no change, fix plus breaking edits",

@@ -29,6 +29,7 @@ from coderl.rollout.config import RolloutConfig
 from coderl.rollout.report import build_report
 from coderl.rollout.runner import RolloutGroup, RolloutResult, task_groups
 from coderl.rollout.store import TrajectoryStore
+from coderl.tasks.patching import change_overlap
 from coderl.train.config import TrainConfig
 from coderl.train.signal import change_f1, gold_patches, outcomes
 from coderl.types import Task
@@ -129,13 +130,15 @@ class Validation:
         where = f"step {step}{' (' + name + ')' if name else ''}"
         results = await self.roll(groups, f"{where}: {prefix}", temperature)
         folder = self.run_dir / "validation" / f"step-{step:06d}{'-' + name if name else ''}"
+        golds = gold_patches(tasks)
         store = TrajectoryStore(folder if prefix == "val" else folder / prefix)
-        for r in results:
-            store.add(r.trajectory, r.record(step=step))
+        for r in results:  # each sample's change F1 kept with it (coderl bench rl pairs them by task)
+            gold = golds.get(r.trajectory.task_id, "")
+            closeness = {"change_f1": change_overlap(r.trajectory.patch, gold)} if gold else {}
+            store.add(r.trajectory, {**r.record(step=step), **closeness})
         store.close()
         report = build_report([r.report_row() for r in results], {x.id: x.tier for x in tasks}, [1])
         lo, hi = report["pass@1_ci95"]
-        golds = gold_patches(tasks)
         ended = outcomes(results, golds)
         f1 = change_f1(results, golds)
         label = f"{'dev' if self.train.dev_size else 'held-out'} pass@1"  # dev: tasks of a dev split
