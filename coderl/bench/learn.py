@@ -59,12 +59,13 @@ from coderl.yamlio import load_yaml
 BOOTSTRAP = 10_000
 
 
-def task_rates(folder: Path) -> dict[str, float]:
-    """Per-task pass rate of one validation (a ``validation/step-N[/val_also]`` folder)."""
-    by_task: dict[str, list[bool]] = defaultdict(list)
+def task_rates(folder: Path, field: str = "resolved") -> dict[str, float]:
+    """Per-task mean of a stored sample figure over one validation (a ``validation/step-N[/val_also]``
+    folder): the pass rate unless ``field`` names another (``change_f1``); samples without it are left out."""
+    by_task: dict[str, list[float]] = defaultdict(list)
     for row in read_trajectories(folder) if (folder / "trajectories").is_dir() else []:
-        if row.get("part", 0) == 0:
-            by_task[row["task_id"]].append(bool(row.get("resolved")))
+        if row.get("part", 0) == 0 and row.get(field) is not None:
+            by_task[row["task_id"]].append(float(row[field]))
     return {task: sum(v) / len(v) for task, v in by_task.items()}
 
 

@@ -71,6 +71,7 @@ from coderl.bench.learn import (
     bound_by_steps,
     config_key,
     paired_rise,
+    task_rates,
 )
 from coderl.bench.report import machine_info
 from coderl.config import Config
@@ -404,10 +405,10 @@ def _same_trajectories(run_dir: Path) -> list[int]:
     """[tasks whose greedy held-out trajectory came out token for token the same, tasks] between a
     run's first and last validation: in a control (weights unchanged) what is left is the engine's own
     run-to-run variation (bfloat16 sums grouped by what else shares a step)."""
-    folders = sorted((run_dir / "validation").iterdir()) if (run_dir / "validation").is_dir() else []
-    if len(folders) < 2:
+    ends = _first_last(run_dir)
+    if ends is None or ends[0] == ends[1]:
         return [0, 0]
-    first, last = (_token_streams(f) for f in (folders[0], folders[-1]))
+    first, last = (_token_streams(f) for f in ends)
     shared = set(first) & set(last)
     return [sum(first[t] == last[t] for t in shared), len(shared)]
 
@@ -465,23 +466,20 @@ def _change_f1_figures(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
 
 
 def _first_last_f1(run_dir: Path) -> dict[str, tuple[dict[str, float], dict[str, float]]]:
-    folders = sorted((run_dir / "validation").iterdir()) if (run_dir / "validation").is_dir() else []
-    if not folders:
+    ends = _first_last(run_dir)
+    if ends is None:
         return {"val": ({}, {}), "val_sampled": ({}, {})}
-    first, last = folders[0], folders[-1]
+    first, last = ends
     return {
-        "val": (_task_change_f1(first), _task_change_f1(last)),
-        "val_sampled": (_task_change_f1(first / "val_sampled"), _task_change_f1(last / "val_sampled")),
+        "val": (task_rates(first, "change_f1"), task_rates(last, "change_f1")),
+        "val_sampled": (task_rates(first / "val_sampled", "change_f1"), task_rates(last / "val_sampled", "change_f1")),
     }
 
 
-def _task_change_f1(folder: Path) -> dict[str, float]:
-    """Per task of one validation set, the mean change F1 its samples were stored with."""
-    by_task: dict[str, list[float]] = {}
-    for row in read_trajectories(folder) if (folder / "trajectories").is_dir() else []:
-        if row.get("part", 0) == 0 and row.get("change_f1") is not None:
-            by_task.setdefault(row["task_id"], []).append(float(row["change_f1"]))
-    return {task: statistics.fmean(v) for task, v in by_task.items()}
+def _first_last(run_dir: Path) -> tuple[Path, Path] | None:
+    """A run's first and last validation folders (None before any)."""
+    folders = sorted((run_dir / "validation").iterdir()) if (run_dir / "validation").is_dir() else []
+    return (folders[0], folders[-1]) if folders else None
 
 
 def to_markdown(r: dict[str, Any]) -> str:

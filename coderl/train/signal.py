@@ -9,7 +9,8 @@ reward is 0 before the model did anything), the tool-call parser never matches w
 the group holds one sample, or the tasks are all too hard (or all too easy) for the policy.
 
 Owns: the per-step signal figures of a step's rollouts (:func:`signal_metrics`), how each sample ended
-(:func:`outcomes`, also for validation) and how close its patch came to the gold one (:func:`change_f1`) and the diagnosis of a starved run (:class:`SignalWatch`). Must not: choose what is trained on (DAPO dynamic sampling does,
+(:func:`outcomes`, also for validation), how close the patches came to the gold ones (:func:`change_f1`)
+and the diagnosis of a starved run (:class:`SignalWatch`). Must not: choose what is trained on (DAPO dynamic sampling does,
 in the loop) or touch rewards; every figure is read off the rollouts as graded.
 
 Figures, per step (all samples rolled out in the step, refills included):
