@@ -65,14 +65,15 @@ def test_the_setting_reads_a_bare_off_and_names_the_choices_on_a_bad_one() -> No
 SYSTEM = "You fix bugs in Python code. Read the function, find the wrong line, and write it out again. " * 6
 
 
-def _prompts(tokenizer: Any) -> list[list[int]]:
-    """Four prompts of one system prompt (~130 tokens: two 64-token pieces the sessions can share)."""
+def _prompts(tokenizer: Any, growth: int = 1) -> list[list[int]]:
+    """Four prompts of one system prompt (~130 tokens: two 64-token pieces the sessions can share), the
+    i-th with 1 + growth x i copies of a short function."""
     words = "def parse(line):\n    key, _, value = line.partition('=')\n    return key.strip(), value.strip()\n"
     return [
         list(
             tokenizer.apply_chat_template(
                 [{"role": "system", "content": SYSTEM},
-                 {"role": "user", "content": f"Explain, step {i}:\n" + words * (1 + 2 * i)}],
+                 {"role": "user", "content": f"Explain, step {i}:\n" + words * (1 + growth * i)}],
                 add_generation_prompt=True, tokenize=True, return_dict=False,
             )
         )
@@ -85,7 +86,7 @@ def _prompts(tokenizer: Any) -> list[list[int]]:
 async def test_greedy_turns_come_out_the_same_bits_alone_and_in_a_busy_batch(
     tokenizer: Any, dtype: str, packed: bool
 ) -> None:
-    # small prefill pieces (64) so the prompts (~180-350 tokens) are prefilled in several; drafts on.
+    # small prefill pieces (64) so the prompts (~170-260 tokens) are prefilled in several; drafts on.
     # float32 packed: oneDNN with single rows unpadded; not packed: MKL with short segments padded.
     # Busy (first, with only sampled sessions of the same prompts in the cache: their KV is computed in
     # other pieces), the sessions take the system prompt's two whole pieces from the one that computes
@@ -97,7 +98,7 @@ async def test_greedy_turns_come_out_the_same_bits_alone_and_in_a_busy_batch(
     await engine.start()
     try:
         prompts = _prompts(tokenizer)
-        greedy = SamplingParams(max_tokens=24, temperature=0)
+        greedy = SamplingParams(max_tokens=12, temperature=0)
         follow = tokenizer.encode("\nNow shorter.", add_special_tokens=False)
 
         async def two_turns(i: int, tag: str) -> list[Any]:
@@ -110,7 +111,7 @@ async def test_greedy_turns_come_out_the_same_bits_alone_and_in_a_busy_batch(
         busy = await asyncio.gather(
             *(two_turns(i, "busy") for i in range(len(prompts))),
             *(  # sampled requests share the steps too
-                engine.generate(p, SamplingParams(max_tokens=40, temperature=1.0, seed=i))
+                engine.generate(p, SamplingParams(max_tokens=20, temperature=1.0, seed=i))
                 for i, p in enumerate(prompts)
             ),
         )
@@ -176,7 +177,7 @@ async def test_a_sessions_own_decoded_tokens_are_not_swapped_for_another_session
     )
     await engine.start()
     try:
-        prompt = _prompts(tokenizer)[1]
+        prompt = _prompts(tokenizer, growth=2)[1]
         greedy = SamplingParams(max_tokens=90, temperature=0, ignore_eos=True)
         follow = tokenizer.encode("\nNow shorter, and name each step." * 10, add_special_tokens=False)  # a whole piece more
 

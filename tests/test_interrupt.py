@@ -16,14 +16,17 @@ import pytest
 
 from coderl.sandbox.hostsetup import unmount
 from coderl.train import checkpoints
+from tests.tiny import tiny_flag
 
 pytestmark = pytest.mark.slow
 
-# one step's update runs many micro-batches (a few seconds), long enough to be interrupted inside
+# On the tiny model (tests/tiny.py): what is checked is how a run stops, in whatever it is doing. Its
+# samples are long (400 random tokens) so that the update lasts seconds (3.6 s alone, 2026-11-30), long
+# enough to be interrupted inside: the signal goes a few tenths of a second into it.
 RUN = [
     "train.tasks=bundled:warmup", "train.val_tasks=none", "sft.before_rl=false", "train.steps=1",
     "train.tasks_per_step=2", "train.group_size=4", "rollout.agent=single_turn", "rollout.tools=null",
-    "rollout.max_tokens=48", "rollout.temperature=1.0", "actor.micro_batch_tokens=128", "actor.lr=1e-5",
+    "rollout.max_tokens=400", "rollout.temperature=1.0", "actor.micro_batch_tokens=128", "actor.lr=1e-5",
     "train.calibrate_tasks=0", "train.curriculum=none", "algo.dynamic_sampling=false", "actor.lora_rank=0",
     "actor.dtype=float32", "model.dtype=float32", "train.val_sampled=0", "train.mode=sync",
 ]  # fmt: skip
@@ -69,6 +72,10 @@ def _interrupt(args: list[str], env: dict[str, str], log: Path, stage: str) -> t
     return code, time.monotonic() - sent
 
 
+def _run(run: Path) -> list[str]:
+    return [*RUN, f"run.dir={run}", tiny_flag()]
+
+
 def _env(boxes: Path) -> dict[str, str]:
     return {**os.environ, "CODERL_PROGRESS_EVERY": "0.2", "CODERL_SANDBOX_DIR": str(boxes), "PYTHONUNBUFFERED": "1"}
 
@@ -80,6 +87,7 @@ def _stopped_cleanly(args: list[str], env: dict[str, str], log: Path, stage: str
     assert code == 130, text[-3000:]  # not -6: no thread was left computing under the interpreter's exit
     assert "coderl: interrupted" in text and "terminate called" not in text and "never retrieved" not in text
     assert took < 20, f"{took:.1f} s from Ctrl-C to exit ({stage})"
+    assert not re.search(stage + r"\d+/\d+ \(100%\)", text), text[-3000:]  # it landed inside the stage
     assert not [m for m in _mounts(boxes) if "/ws/" in m], _mounts(boxes)  # no workspace left mounted
 
 
@@ -96,7 +104,7 @@ def _resumed_steps(run: Path, env: dict[str, str]) -> list[int]:
 def test_ctrl_c_stops_the_run_in_seconds_and_resume_goes_on(tmp_path: Path, boxes: Path) -> None:
     """Ctrl-C in a rollout, then (after --resume) in an update; the second --resume finishes the run."""
     run, env = tmp_path / "run", _env(boxes)
-    firsts = [[*RUN, f"run.dir={run}"], ["--resume", str(run)]]
+    firsts = [_run(run), ["--resume", str(run)]]
     for n, (args, stage) in enumerate(zip(firsts, [r"step 1 rollout: ", r"step 1 update: "], strict=True)):
         _stopped_cleanly(args, env, tmp_path / f"run{n}.log", stage, boxes)
     assert _resumed_steps(run, env) == [1]  # the step once: not lost to an interrupt, not twice
@@ -108,6 +116,6 @@ def test_ctrl_c_in_an_async_run_with_rollouts_under_way_stops_it_and_resume_goes
     """train.mode=async (the main job's): Ctrl-C while the actor updates step 1 and the producer rolls
     out step 2's groups; --resume then finishes both steps, each once."""
     run, env = tmp_path / "run", _env(boxes)
-    args = [*RUN, "train.mode=async", "train.steps=2", f"run.dir={run}"]
+    args = [*_run(run), "train.mode=async", "train.steps=2"]
     _stopped_cleanly(args, env, tmp_path / "run.log", r"step 1 update: ", boxes)
     assert _resumed_steps(run, env) == [1, 2]
