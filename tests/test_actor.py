@@ -1,5 +1,8 @@
 """The trainer's actor on the real default model: packed log-probs against an independent HF forward
-and the engine, gradient accumulation, LoRA, checkpoints and weight sync."""
+and the engine, gradient accumulation, LoRA, checkpoints and weight sync. Tests of the actor's own
+bookkeeping (gradient accumulation, score masks, checkpointing, frozen embeddings, master weights, the
+value head, the heap hand-back) run on the tiny model (tests/tiny.py): what they compare is two ways of
+computing the same thing on whatever model, not what the model computes."""
 
 from __future__ import annotations
 
@@ -37,8 +40,9 @@ def batch(chat_prompts: list[list[int]], tokenizer: Any) -> tuple[list[list[int]
     return sequences, [len(p) for p in chat_prompts]
 
 
-def make_actor(**overrides: Any) -> Actor:
-    actor = Actor(ActorConfig(device="cpu", seed=0, **overrides))
+def make_actor(model: Path | None = None, **overrides: Any) -> Actor:
+    """An actor on ``model`` (the default model when None), set up."""
+    actor = Actor(ActorConfig(device="cpu", seed=0, **overrides), model)
     actor.setup()
     return actor
 
@@ -174,10 +178,10 @@ def test_train_step_lowers_the_loss(batch: Any, hf_model: Any) -> None:
 
 
 def test_a_phase_with_frozen_embeddings_leaves_the_vocabulary_rows_alone_and_the_next_trains_them(
-    batch: Any,
+    batch: Any, tiny_model: Path
 ) -> None:
     sequences, starts = batch
-    actor = make_actor(lr=1e-3, micro_batch_tokens=512)
+    actor = make_actor(tiny_model, lr=1e-3, micro_batch_tokens=512)
     model = actor.model
     embedding = model.get_input_embeddings().weight
     assert model.config.tie_word_embeddings and model.get_output_embeddings().weight is embedding
@@ -197,9 +201,9 @@ def test_a_phase_with_frozen_embeddings_leaves_the_vocabulary_rows_alone_and_the
 
 
 @pytest.mark.slow
-def test_gradient_accumulation_equals_one_micro_batch(batch: Any) -> None:
+def test_gradient_accumulation_equals_one_micro_batch(batch: Any, tiny_model: Path) -> None:
     sequences, starts = [batch[0][i] for i in (0, 3, 1)], [batch[1][i] for i in (0, 3, 1)]
-    actor = make_actor(micro_batch_tokens=4096, share_prefix=False)  # the token counts below are unshared
+    actor = make_actor(tiny_model, micro_batch_tokens=4096, share_prefix=False)  # the token counts below are unshared
     # In float32, sums over a different set of rows round differently: layer-norm weight gradients
     # (sums over every token, with cancellation) then differ by ~1e-4 relative. float64 isolates the
     # accumulation logic from that rounding; the logprobs themselves are still taken in float32.
@@ -213,14 +217,16 @@ def test_gradient_accumulation_equals_one_micro_batch(batch: Any) -> None:
     assert whole["micro_batches"] == 1 and split["micro_batches"] == 2
     assert split["loss"] == pytest.approx(whole["loss"], abs=1e-6)
     accumulated = {n: p.grad for n, p in actor.trainable_parameters() if p.grad is not None}
-    assert accumulated.keys() == one.keys() and len(one) > 100
+    assert accumulated.keys() == one.keys() == {n for n, _ in actor.trainable_parameters()}
     worst = max(float((accumulated[n] - g).abs().max()) for n, g in one.items())
     assert worst < 1e-7
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("packing", [True, False])
-def test_score_masks_project_only_the_kept_tokens_with_the_same_gradient(batch: Any, packing: bool) -> None:
+def test_score_masks_project_only_the_kept_tokens_with_the_same_gradient(
+    batch: Any, packing: bool, tiny_model: Path
+) -> None:
     sequences, starts = batch[0][:3], batch[1][:3]
     spans = [len(s) - st for s, st in zip(sequences, starts, strict=True)]
     masks = [[(i + j) % 3 != 0 for j in range(n)] for i, n in enumerate(spans)]
@@ -233,7 +239,7 @@ def test_score_masks_project_only_the_kept_tokens_with_the_same_gradient(batch: 
     grads, losses = [], []
     for score_masks in (None, [[int(b) for b in m] for m in masks]):
         seen: list[list[torch.Tensor]] = []
-        actor = make_actor(packing=packing)
+        actor = make_actor(tiny_model, packing=packing)
         actor.model.double()  # rounding of a different row set aside, the gradients must be the same
         losses.append(
             actor.compute_grads(sequences, starts, 1.0, masked_nll, score_masks=score_masks)["loss"]
@@ -246,15 +252,15 @@ def test_score_masks_project_only_the_kept_tokens_with_the_same_gradient(batch: 
     assert all(bool((lp[~torch.tensor(m)] == 0).all()) for lp, m in zip(last, masks, strict=True))
     assert all(bool((lp[torch.tensor(m)] < 0).all()) for lp, m in zip(last, masks, strict=True))
     with pytest.raises(ConfigError, match="score_masks"):
-        make_actor().compute_grads(sequences, starts, 1.0, masked_nll, score_masks=[[1]] * 3)
+        make_actor(tiny_model).compute_grads(sequences, starts, 1.0, masked_nll, score_masks=[[1]] * 3)
 
 
 @pytest.mark.slow
-def test_gradient_checkpointing_gives_the_same_gradients(batch: Any) -> None:
+def test_gradient_checkpointing_gives_the_same_gradients(batch: Any, tiny_model: Path) -> None:
     sequences, starts = batch[0][:2], batch[1][:2]
     grads = []
     for checkpointing in (False, True):
-        actor = make_actor(gradient_checkpointing=checkpointing)
+        actor = make_actor(tiny_model, gradient_checkpointing=checkpointing)
         actor.compute_grads(sequences, starts, 1.0, nll_loss(sequences, starts))
         grads.append({n: p.grad for n, p in actor.trainable_parameters()})
     assert all(torch.equal(grads[0][n], g) for n, g in grads[1].items())
@@ -401,11 +407,11 @@ async def test_engine_matches_actor_after_weight_sync(
 
 
 @pytest.mark.slow
-def test_bfloat16_keeps_float32_master_weights(batch: Any) -> None:
+def test_bfloat16_keeps_float32_master_weights(batch: Any, tiny_model: Path) -> None:
     sequences, starts = batch
     sequences, starts = sequences[:2], starts[:2]
-    exact = make_actor().score(sequences, starts, 1.0)
-    actor = make_actor(dtype="bfloat16", reference=True, lr=1e-4)
+    exact = make_actor(tiny_model).score(sequences, starts, 1.0)
+    actor = make_actor(tiny_model, dtype="bfloat16", reference=True, lr=1e-4)
     approx = actor.score(sequences, starts, 1.0, with_entropy=True)
     ref_before = actor.score(sequences, starts, 1.0, reference=True)
     for e, a in zip(exact, approx, strict=True):
@@ -420,10 +426,11 @@ def test_bfloat16_keeps_float32_master_weights(batch: Any) -> None:
     assert all(torch.equal(r.logprobs, b.logprobs) for r, b in zip(ref_after, ref_before, strict=True))
 
 
-def test_value_head_scores_trains_and_checkpoints(batch: Any, tmp_path: Path) -> None:
+def test_value_head_scores_trains_and_checkpoints(batch: Any, tmp_path: Path, tiny_model: Path) -> None:
     sequences, starts = batch[0][:2], batch[1][:2]  # the two short answers
-    cfg = ActorConfig(device="cpu", seed=0, lr=1e-5, value_lr=3e-4)
-    actor = Actor(cfg, value_head=True)
+    # the tiny model's hidden states are small: its head needs a larger step (3e-3) to learn in five
+    cfg = ActorConfig(device="cpu", seed=0, lr=1e-5, value_lr=3e-3)
+    actor = Actor(cfg, tiny_model, value_head=True)
     actor.setup()
     scored = actor.score(sequences, starts, 1.0, with_values=True)
     for s, seq, st in zip(scored, sequences, starts, strict=True):
@@ -444,16 +451,16 @@ def test_value_head_scores_trains_and_checkpoints(batch: Any, tmp_path: Path) ->
     assert not any("value" in name for name in actor.state_dict_for_engine())  # never synced to the engine
 
     actor.save(tmp_path / "ckpt")
-    resumed = Actor(cfg.model_copy(update={"seed": 1}), value_head=True)
+    resumed = Actor(cfg.model_copy(update={"seed": 1}), tiny_model, value_head=True)
     resumed.load(tmp_path / "ckpt")
     again = resumed.score(sequences, starts, 1.0, with_values=True)
     assert torch.equal(torch.cat([s.values for s in again if s.values is not None]), after)
     with pytest.raises(ModelError, match="value head"):
-        Actor(ActorConfig(device="cpu")).load(tmp_path / "ckpt")
+        Actor(ActorConfig(device="cpu"), tiny_model).load(tmp_path / "ckpt")
     with pytest.raises(ConfigError, match="value_head=True"):
         resumed.score(sequences, starts, 1.0, with_values=True, reference=True)
     with pytest.raises(ConfigError, match="packing=true"):
-        Actor(ActorConfig(device="cpu", packing=False), value_head=True).setup()
+        Actor(ActorConfig(device="cpu", packing=False), tiny_model, value_head=True).setup()
 
 
 def test_pack_lays_a_shared_prompt_out_once() -> None:
@@ -548,10 +555,10 @@ def test_shared_prefix_forward_equals_the_unshared_one(chat_prompts: list[list[i
 
 
 def test_a_step_hands_the_heap_back_after_each_micro_batch_and_after_the_optimizer(
-    batch: Any, monkeypatch: pytest.MonkeyPatch
+    batch: Any, monkeypatch: pytest.MonkeyPatch, tiny_model: Path
 ) -> None:
     sequences, starts = [batch[0][i] for i in (0, 3, 1)], [batch[1][i] for i in (0, 3, 1)]
-    actor = make_actor(micro_batch_tokens=80, share_prefix=False, dtype="bfloat16")  # two micro-batches
+    actor = make_actor(tiny_model, micro_batch_tokens=80, share_prefix=False, dtype="bfloat16")  # two micro-batches
     calls: list[int] = []
     monkeypatch.setattr("coderl.train.actor.release_free_memory", lambda: calls.append(1))
     metrics = actor.train_step(sequences, starts, 1.0, nll_loss(sequences, starts))
