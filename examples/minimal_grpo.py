@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+from pathlib import Path
 
 import torch
 
@@ -58,17 +59,20 @@ def grpo_update(
     return {**stats, "mismatch": mismatch}
 
 
-async def main(steps: int, group_size: int, task_id: str, max_turns: int = 3, max_tokens: int = 48) -> None:
+async def main(
+    steps: int, group_size: int, task_id: str, max_turns: int = 3, max_tokens: int = 48, model: Path | None = None
+) -> None:
     cfg = Config.model_validate(
         {"rollout": {"agent": "swe", "max_turns": max_turns, "max_tokens": max_tokens, "response_prefix": PREFIX}}
+        | ({"model": {"path": str(model)}} if model is not None else {})
     )
     task = load_tasks(f"bundled:{task_id}")[0]
     # 1. The policy twice: the engine samples, the actor (a Hugging Face model) learns.
     engine = create_engine(cfg.engine, cfg.model, seed=0)
     await engine.start()
-    actor = Actor(ActorConfig(lr=1e-5, device="cpu"))
+    actor = Actor(ActorConfig(lr=1e-5, device="cpu"), model)
     actor.setup()
-    chat = ChatFormat(load_tokenizer(resolve_checkpoint()))
+    chat = ChatFormat(load_tokenizer(resolve_checkpoint(model)))
     contexts = ContextFactory(cfg.rollout, cfg.sandbox, chat)  # engine, sampling, limits, sandboxes
     baselines = BaselineCache()  # each task snapshot with its starting state committed to git, once
     try:
@@ -108,5 +112,6 @@ if __name__ == "__main__":
     parser.add_argument("--task", default="collkit-001", help="a bundled task id (coderl tasks list)")
     parser.add_argument("--max-turns", type=int, default=3, help="model calls per rollout")
     parser.add_argument("--max-tokens", type=int, default=48, help="tokens per model call")
+    parser.add_argument("--model", type=Path, default=None, help="a model folder (default: the default model)")
     args = parser.parse_args()
-    asyncio.run(main(args.steps, args.group_size, args.task, args.max_turns, args.max_tokens))
+    asyncio.run(main(args.steps, args.group_size, args.task, args.max_turns, args.max_tokens, args.model))

@@ -121,12 +121,16 @@ def test_train_with_gae_killed_and_resumed_loses_nothing(tmp_path: Path, tiny_mo
     assert saved["policy_version"] == found[1]["policy_version"]
 
 
-def test_minimal_grpo_example_runs() -> None:
+def test_minimal_grpo_example_runs(tiny_model: Path) -> None:
+    """On the tiny model (tests/tiny.py, through --model): the example's wiring is checked, and that the
+    trainer scores the sampled tokens as the engine did."""
     example = Path(__file__).resolve().parent.parent / "examples" / "minimal_grpo.py"
     proc = subprocess.run(
         [
             sys.executable,
             str(example),
+            "--model",
+            str(tiny_model),
             "--steps",
             "1",
             "--group-size",
