@@ -180,8 +180,10 @@ def test_the_nll_counts_model_tokens_only() -> None:
 
 @pytest.mark.slow
 def test_sft_lowers_the_nll_and_coderl_sft_writes_a_model_folder(
-    tmp_path: Path, tokenizer: Any, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, tokenizer: Any, capsys: pytest.CaptureFixture[str], tiny_model: Path
 ) -> None:
+    """On the tiny model (tests/tiny.py): the warm start's steps and the command's folder are checked;
+    what a warm start teaches the real model is measured by the benches."""
     from coderl.checkpoint import load_model
     from coderl.cli.main import main
 
@@ -190,14 +192,14 @@ def test_sft_lowers_the_nll_and_coderl_sft_writes_a_model_folder(
     cfg = load_config(defaults=default_train_config(), overrides=small)
     demos, _ = asyncio.run(build_demos(cfg, ChatFormat(tokenizer, "xml"), [], [f"gold:native:{suite}"]))
     assert len(demos) == 1
-    actor = Actor(ActorConfig(seed=0))
+    actor = Actor(ActorConfig(seed=0), tiny_model)
     actor.setup()
     rows = train_sft(actor, demos, SFTConfig(lr=1e-4, batch_size=1, epochs=2), seed=0)
     assert len(rows) == 2 == sft_steps(len(demos), SFTConfig(batch_size=1, epochs=2))  # the progress bar's total
     assert rows[-1]["nll"] < rows[0]["nll"]
     assert sft_steps(17, SFTConfig(batch_size=8, epochs=2, max_demos=16)) == 4
     out = tmp_path / "warm"
-    args = ["sft", *small, f"sft.data=[gold:native:{suite}]", "sft.lr=1e-4", "sft.epochs=2"]
+    args = ["sft", *small, f"sft.data=[gold:native:{suite}]", "sft.lr=1e-4", "sft.epochs=2", f"model.path={tiny_model}"]
     assert main([*args, f"run.dir={tmp_path / 'run'}", "--out", str(out)]) == 0
     assert "coderl train model.path=" in " ".join(capsys.readouterr().err.split())
     assert [json.loads(x)["sft_step"] for x in (tmp_path / "run" / "sft.jsonl").read_text().splitlines()] == [
@@ -208,7 +210,7 @@ def test_sft_lowers_the_nll_and_coderl_sft_writes_a_model_folder(
     base = actor.model  # trained above, from the same start: the written weights moved too
     assert (out / "tokenizer.json").is_file() and (out / "model.safetensors").is_file()
     assert warm.config.model_type == base.config.model_type
-    fresh = Actor(ActorConfig(seed=0))
+    fresh = Actor(ActorConfig(seed=0), tiny_model)
     fresh.setup()
     moved = [
         not torch.equal(a, b)

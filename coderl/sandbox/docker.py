@@ -40,21 +40,40 @@ ARCHIVES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".zip")
 READ_LIMIT = 64 << 20
 """Largest file ``read_file`` returns (as the host-workspace backends)."""
 
-# $1: PIDs to spare (the init and its `sleep`), $2: seconds, $3-$6: rlimits; then the command.
-# bash's ulimit sets soft and hard limits both; -v and -f count KiB.
-_EXEC = r"""keep=" $1 "; secs=$2
+# $1: PIDs to spare (the init and its `sleep`), $2: seconds, $3-$6: rlimits, $7: the bytes of stdout and
+# of stderr kept; then the command. bash's ulimit sets soft and hard limits both; -v and -f count KiB.
+# The command writes into two FIFOs, each read by a filter that passes the first cap + 1 bytes on (one
+# more than is kept, so the host marks the result truncated) and drains the rest in the container: a
+# flood never crosses the daemon's stream (a 1 GiB line took 38 s through it, 2026-11-30). After the
+# command, every process but the spared ones, the filters and their `head`s is killed (sweeps until none
+# is left, at most ten; then the filters too); the filters then see the end of their input.
+_EXEC = r"""keep=" $1 "; secs=$2; cap=$(( $7 + 1 ))
 ulimit -t "$3" -v "$4" -f "$5" -n "$6" -c 0 || exit 126
-shift 6
-timeout -s KILL "$secs" "$@"; rc=$?
-for _ in 1 2 3; do
+shift 7
+d=$(mktemp -d) && mkfifo "$d/o" "$d/e" || { echo "coderl: no room in /tmp for the output pipes" >&2; exit 126; }
+{ head -c "$cap"; exec cat >/dev/null; } < "$d/o" & fo=$!
+{ head -c "$cap" >&2; exec cat >/dev/null; } < "$d/e" & fe=$!
+timeout -s KILL "$secs" "$@" > "$d/o" 2> "$d/e"; rc=$?
+for ((i = 0; i < 10; i++)); do
   left=
-  for d in /proc/[0-9]*; do
-    p=${d#/proc/}
-    case "$keep" in *" $p "*) continue ;; esac
+  for p in /proc/[0-9]*; do
+    p=${p#/proc/}
+    case "$keep $fo $fe " in *" $p "*) continue ;; esac
+    st=; pp=
+    while read -r k v _; do case "$k" in State:) st=$v ;; PPid:) pp=$v; break ;; esac; done 2>/dev/null < "/proc/$p/status"
+    case "$st: $fo $fe " in Z:*|*" $pp "*) continue ;; esac  # dead (not yet reaped), or a filter's head
     [ "$p" = "$$" ] || { kill -9 "$p" 2>/dev/null && left=1; }
   done
   [ -n "$left" ] || break
 done
+if [ -n "$left" ]; then  # writers outlived ten sweeps (a fork bomb): the filters would wait for them
+  for p in /proc/[0-9]*; do
+    p=${p#/proc/}
+    case "$keep" in *" $p "*) continue ;; esac
+    [ "$p" = "$$" ] || kill -9 "$p" 2>/dev/null
+  done
+fi
+wait "$fo" "$fe"; rm -rf "$d"
 exit "$rc"
 """
 
@@ -215,7 +234,8 @@ class DockerSandbox(Sandbox):
             str(s.max_file_mb << 10),
             str(s.max_open_files),
         ]
-        wrapped = ["bash", "-c", _EXEC, "coderl-exec", self._keep, seconds, *rlimits, *command]
+        cap = str(s.max_output_bytes)
+        wrapped = ["bash", "-c", _EXEC, "coderl-exec", self._keep, seconds, *rlimits, cap, *command]
         async with self._lock:
             self._require()
             r = await self._run("exec", "-w", workdir, *env_args, self.name, *wrapped, timeout=limit + 10)
