@@ -44,6 +44,30 @@ async def test_a_cancelled_command_ends_its_namespace_and_the_next_starts_afresh
         assert (r.exit_code, r.stdout) == (0, "fresh\n")
 
 
+async def test_a_cancel_while_the_workspace_is_made_leaves_no_workspace_behind(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Ctrl-C that cancels create_sandbox while its worker thread makes the workspace (a tmpfs mount
+    where root): the thread finishes anyway, and what it made is removed, not left mounted."""
+    import time
+
+    made: list[Path] = []
+    make = BwrapSandbox._create_workspace
+
+    def slow(self: BwrapSandbox) -> object:
+        time.sleep(0.5)  # the cancel comes while this thread works
+        ws = make(self)
+        made.append(ws.root)
+        return ws
+
+    monkeypatch.setattr(BwrapSandbox, "_create_workspace", slow)
+    task = asyncio.create_task(create_sandbox(SandboxSpec()))
+    await asyncio.sleep(0.1)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert len(made) == 1 and not made[0].exists()
+    assert str(made[0]) not in Path("/proc/mounts").read_text()
+
+
 async def test_a_warm_start_starts_the_agent_while_the_workspace_fills(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import contextlib
 import uuid
 from collections.abc import Callable
 from concurrent.futures import Executor, ThreadPoolExecutor
@@ -54,7 +55,16 @@ class LocalSandbox(Sandbox, abc.ABC):
     async def start(self, warm: bool = False) -> None:
         if self._ws is not None:
             return
-        self._ws = await _in_pool(self._create_workspace, pool=EXEC_POOL)
+        created = asyncio.ensure_future(_in_pool(self._create_workspace, pool=EXEC_POOL))
+        try:
+            self._ws = await asyncio.shield(created)
+        except asyncio.CancelledError:
+            # the worker thread makes the workspace (a tmpfs mount, a uid lease) whether anyone waits for
+            # it or not: it is kept, so that close() (create_sandbox's, on this cancel) removes it; a Ctrl-C
+            # here left a workspace mounted (tests/test_interrupt.py)
+            with contextlib.suppress(Exception):
+                self._ws = await created
+            raise
         if warm:
             await self.warm()  # bwrap: its exec agent starts while the workspace fills
         if self.spec.workspace is not None:
