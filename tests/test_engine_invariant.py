@@ -13,6 +13,7 @@ import pytest
 from coderl.config import EngineConfig, ModelConfig
 from coderl.engine import SamplingParams
 from coderl.engine.embedded import EmbeddedEngine, prefill_piece
+from coderl.engine.row_probe import CANDIDATES
 from coderl.engine.runner import ROW_BLOCK, _invariant_segments
 
 
@@ -127,7 +128,8 @@ async def test_greedy_turns_come_out_the_same_bits_alone_and_in_a_busy_batch(
                 assert x.logprobs == y.logprobs  # bit for bit, not close
         for a, b in zip(alone, busy, strict=False):  # second turns reused their session's KV, alike
             assert a[1].cached_tokens == b[1].cached_tokens > 0
-        assert engine.runner.least_rows == (ROW_BLOCK if (dtype, packed) == ("float32", False) else 1)
+        # the padding the engine measured on this CPU when it started (coderl/engine/row_probe.py)
+        assert engine.runner.least_rows in CANDIDATES and engine.runner.least_rows <= (16 if packed else 32)
         stats = engine.stats()
         assert stats["invariant_steps"] > 0
         assert stats["accepted_draft_tokens"] > 0  # drafts were verified and kept

@@ -393,6 +393,25 @@ class EmbeddedEngine(Engine):
         return await upd.future
 
     # ----------------------------------------------------------------- the loop (engine thread)
+    def _measure_invariance(self) -> None:
+        """Measure the row padding this CPU's kernels need for batch-invariant steps (``engine.batch_invariant``;
+        :meth:`ModelRunner.measure_invariance`), and say so where it is not none, or where none helps."""
+        runner = self.runner
+        t0 = time.perf_counter()
+        if not runner.measure_invariance():
+            log.warning(
+                "%s: engine.batch_invariant=%s: on this CPU a row's bits from the linear layers depend on how many rows "
+                "share the call at every padding tried (up to %d rows): greedy turns may still differ with what "
+                "shares their steps (engine.batch_invariant=off saves what it costs)",
+                self.name, self.cfg.batch_invariant, runner.least_rows,
+            )  # fmt: skip
+        elif runner.least_rows > 1:
+            log.info(
+                "%s: batch-invariant steps pad row segments to %d rows (this CPU's kernels give a row other bits "
+                "in fewer; measured in %.2f s)",
+                self.name, runner.least_rows, time.perf_counter() - t0,
+            )  # fmt: skip
+
     def _loop(self) -> None:
         try:
             self._serve()
@@ -404,6 +423,8 @@ class EmbeddedEngine(Engine):
 
     def _serve(self) -> None:
         torch.set_grad_enabled(False)
+        if self.cfg.batch_invariant != "off" and self.runner.device.type == "cpu":
+            self._measure_invariance()  # on this thread: the kernels it picks may follow its OpenMP team
         trimmed = time.monotonic()
         while True:
             if time.monotonic() - trimmed > TRIM_EVERY_S or not (self._inbox or self._waiting or self._running):

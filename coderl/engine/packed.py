@@ -5,8 +5,9 @@ call. At the row counts of a decode step (8 to 120 rows) that costs more than th
 2-core AVX2 CPU (AMD EPYC, Zen 3) oneDNN's matmul with the weight packed once took 0.47x MKL's time
 for SmolLM2-135M's five projection shapes at 24 rows (0.81x at a prefill piece's 512), and the
 engine's greedy decode ran 1.26x as fast (``coderl bench dtype``, which measures both ways). Packed, a row also comes out the same bits at
-every row count from 1 to 2,100 and wherever it sits in the batch (MKL: not at 1 row, nor at most
-counts below 12), which is what ``engine.batch_invariant`` needs.
+every row count up to 2,100 and wherever it sits in the batch, from 1 row on that CPU and from 2 on an
+AVX-512 one (MKL: from 12), which is what ``engine.batch_invariant`` needs (the engine measures the
+padding when it starts: :mod:`coderl.engine.row_probe`).
 
 A :class:`PackedLinear` takes the place of an ``nn.Linear`` in the engine's model and holds the very
 same ``weight`` parameter (its name, tying and in-place updates unchanged); the packed copy is made

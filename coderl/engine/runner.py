@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from coderl.engine.decoder import AttentionShape, project_qkv, rotary, unsupported_reason
 from coderl.engine.kv_cache import KVLayout, KVRows, SequenceKV
 from coderl.engine.packed import PackedLinear
+from coderl.engine.row_probe import Linear, distinct_shapes, least_rows
 from coderl.errors import EngineError
 
 
@@ -77,6 +78,23 @@ class ModelRunner:
         packed = any(isinstance(m, PackedLinear) for m in model.modules())  # a row the same bits at any count
         self.least_rows = 1 if packed else LEAST_ROWS.get(self.dtype, ROW_BLOCK)  # an invariant segment's fewest
         self.row_block = PACKED_ROW_BLOCK if packed else ROW_BLOCK  # and its most
+        # (until measure_invariance() measures this machine's kernels: the engine does, batch-invariant)
+
+    def measure_invariance(self) -> bool:
+        """Set :attr:`least_rows` to what this machine's kernels need (:mod:`coderl.engine.row_probe`):
+        the fewest rows from which each projection gives a row the same bits at every count up to
+        :attr:`row_block` (the vocabulary projection: up to :data:`ROW_BLOCK`). False where no padding
+        does; then :attr:`least_rows` is :data:`ROW_BLOCK` and a row's bits may still depend on the step."""
+        projections: list[torch.nn.Linear | PackedLinear] = [
+            m for layer in self.layers for m in layer.modules() if isinstance(m, torch.nn.Linear | PackedLinear)
+        ]
+        probed: list[tuple[Linear, int, int]] = [
+            (m, int(m.weight.shape[1]), self.row_block) for m in distinct_shapes(projections)
+        ]
+        probed.append((_vocab_probe(self.lm_head), int(self.lm_head.weight.shape[1]), ROW_BLOCK))
+        least = least_rows(probed, self.dtype, self.device)
+        self.least_rows = ROW_BLOCK if least is None else least
+        return least is not None
 
     def layout(self) -> KVLayout:
         return KVLayout(len(self.layers), self.shape.kv_heads, self.shape.head_dim, self.dtype, self.device)
@@ -259,8 +277,9 @@ of the down projection's; the vocabulary projection's at 33 to 301)."""
 
 PACKED_ROW_BLOCK = 2048
 """Most rows a projection takes at once in a batch-invariant step when the linear layers are packed for
-oneDNN (:mod:`coderl.engine.packed`): there a row came out the same bits at every count from 1 to
-2,100 (an AVX2 CPU), so the decoding tokens and drafts of a whole step go in one call, not per 32."""
+oneDNN (:mod:`coderl.engine.packed`): there a row came out the same bits at every count up to 2,100 (on
+an AVX2 and an AVX-512 CPU, from the padding :meth:`ModelRunner.measure_invariance` finds: 1 and 2), so
+the decoding tokens and drafts of a whole step go in one call, not per 32."""
 
 
 def _invariant_segments(lengths: list[int], block: int = ROW_BLOCK) -> list[int]:
@@ -282,14 +301,29 @@ def _invariant_segments(lengths: list[int], block: int = ROW_BLOCK) -> list[int]
 
 
 LEAST_ROWS = {torch.bfloat16: 1}
-"""The fewest rows a batch-invariant segment's projections take, by dtype; a shorter segment is padded
-with zero rows (its own rows' results kept). Measured on the CPU kernels (each of SmolLM2-135M's
-projection shapes): oneDNN's bfloat16 gives a row the same bits at 1 to 32 rows; MKL's float32 on an
-AVX2 CPU (AMD EPYC, 1 and 2 threads) gives a row the same bits at every count from 12 rows to 2,100 and
-wherever the row sits, but not at 1 (a matrix-vector kernel) nor at most counts below 12 (4 and 8 do
-match): so float32 on MKL (and any other dtype, unmeasured) pads to :data:`ROW_BLOCK`. Linear layers
-packed for oneDNN (:mod:`coderl.engine.packed`, float32 on the CPU by default) gave a row the same bits
-at every count from 1 to 2,100 on that CPU: a runner with them takes 1."""
+"""The fewest rows a batch-invariant segment's projections take, by dtype, until
+:meth:`ModelRunner.measure_invariance` measures this machine's kernels (the embedded engine does when it
+starts batch-invariant on the CPU); a shorter segment is padded with zero rows (its own rows' results
+kept). What was measured (each of SmolLM2-135M's projection shapes) differs by CPU: on an AVX2 CPU (AMD
+EPYC, Zen 3) oneDNN gave a row the same bits from 1 row up in bfloat16 and packed float32, MKL's float32
+from 12 rows (2 threads; not at 1, a matrix-vector kernel); on an AVX-512 CPU (AMD EPYC, Zen 4) the down
+projection's lone row took other bits in both oneDNN dtypes, 2 rows and more matched. Unmeasured, float32
+on MKL (and any other dtype) pads to :data:`ROW_BLOCK`, packed layers take 1."""
+
+
+VOCAB_PROBE_ROWS = 4096
+"""Output rows of the vocabulary projection's weight its invariance probe uses: the whole of it (49,152
+rows at SmolLM2's size) would make the probe ~10x slower, and a row's bits follow the reduction over the
+inputs, which the output count does not change."""
+
+
+def _vocab_probe(lm_head: Any) -> Callable[[torch.Tensor], torch.Tensor]:
+    """A projection like ``lm_head`` (packed where it is) over the first :data:`VOCAB_PROBE_ROWS` rows of
+    its weight, for :meth:`ModelRunner.measure_invariance`."""
+    weight = lm_head.weight.detach()[:VOCAB_PROBE_ROWS]
+    part = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=False, device=weight.device, dtype=weight.dtype)
+    part.weight = torch.nn.Parameter(weight, requires_grad=False)
+    return PackedLinear(part) if isinstance(lm_head, PackedLinear) else part
 
 
 def _at_least(fn: Callable[..., Any], least: int, *parts: torch.Tensor) -> tuple[torch.Tensor, ...]:
