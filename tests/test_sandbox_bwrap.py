@@ -68,6 +68,40 @@ async def test_a_cancel_while_the_workspace_is_made_leaves_no_workspace_behind(m
     assert str(made[0]) not in Path("/proc/mounts").read_text()
 
 
+_NEVER_CLOSED = """
+import asyncio
+from coderl.sandbox import SandboxSpec, create_sandbox
+
+async def main() -> None:
+    kept = await create_sandbox(SandboxSpec())  # never closed
+    closed = await create_sandbox(SandboxSpec())
+    await closed.close()
+    print(kept.id, closed.id)
+
+asyncio.run(main())
+"""
+
+
+def test_a_process_that_never_closes_a_sandbox_leaves_no_workspace_behind(tmp_path: Path) -> None:
+    """Whatever path loses a close(), the process removes the workspaces it made at exit, saying so."""
+    import os
+
+    boxes = tmp_path / "boxes"
+    done = subprocess.run(
+        [sys.executable, "-c", _NEVER_CLOSED], capture_output=True, text=True, timeout=120,
+        env={**os.environ, "CODERL_SANDBOX_DIR": str(boxes)},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    kept, closed = done.stdout.split()
+    assert f"{boxes / 'ws' / kept} was never closed: removed at exit" in done.stderr
+    assert closed not in done.stderr  # a closed one is removed by its close, not again
+    assert not [line for line in Path("/proc/mounts").read_text().splitlines() if str(boxes / "ws") in line]
+    assert not any((boxes / "ws").iterdir())
+    for line in Path("/proc/mounts").read_text().splitlines():  # the host view stays, by design
+        if str(boxes) in line:
+            subprocess.run(["umount", "-l", line.split()[1]], check=False)
+
+
 async def test_a_warm_start_starts_the_agent_while_the_workspace_fills(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -236,8 +270,12 @@ async def test_a_host_path_that_does_not_exist_or_is_relative_is_named() -> None
 
     from coderl.errors import SandboxError
 
+    from coderl.sandbox.bwrap import _LEFT
+
+    before = dict(_LEFT)
     with pytest.raises(SandboxError, match=r"sandbox\.host_paths: /nowhere/at-all does not exist"):
         async with await create_sandbox(SandboxSpec(host_paths=["/nowhere/at-all"])) as sb:
             await sb.exec("true")
+    assert _LEFT == before  # refused before a workspace was made (it was left mounted once)
     with pytest.raises(ValidationError, match="'tools' is not an absolute path"):
         SandboxSpec(host_paths=["tools"])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
+import logging
 import uuid
 from collections.abc import Callable
 from concurrent.futures import Executor, ThreadPoolExecutor
@@ -18,6 +19,7 @@ from coderl.sandbox.runner import EXEC_POOL
 
 READ_LIMIT = 64 << 20
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 # Workspace file work (fill, read, write) is short and holds the GIL for most of its time: more
@@ -64,7 +66,9 @@ class LocalSandbox(Sandbox, abc.ABC):
             # here left a workspace mounted (tests/test_interrupt.py)
             with contextlib.suppress(Exception):
                 self._ws = await created
+            log.debug("sandbox %s: start cancelled (workspace %s)", self.id, self._ws and self._ws.root)
             raise
+        log.debug("sandbox %s: workspace %s", self.id, self._ws.root)
         if warm:
             await self.warm()  # bwrap: its exec agent starts while the workspace fills
         if self.spec.workspace is not None:
@@ -100,10 +104,12 @@ class LocalSandbox(Sandbox, abc.ABC):
         if self._closed:
             return
         self._closed = True
+        log.debug("sandbox %s: closing", self.id)
         async with self._lock:  # waits for a running exec, which kills its own process tree
             await self._stop_processes()
             if self._ws is not None:
                 await _in_pool(self._destroy_workspace, self._ws, pool=EXEC_POOL)
+        log.debug("sandbox %s: closed", self.id)
 
     async def _stop_processes(self) -> None:
         """Stop what still runs in the sandbox before its workspace goes (bwrap: its exec agent)."""
