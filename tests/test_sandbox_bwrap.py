@@ -269,7 +269,6 @@ async def test_a_host_path_that_does_not_exist_or_is_relative_is_named() -> None
     from pydantic import ValidationError
 
     from coderl.errors import SandboxError
-
     from coderl.sandbox.bwrap import _LEFT
 
     before = dict(_LEFT)
