@@ -105,22 +105,24 @@ class BwrapSandbox(LocalSandbox):
 
     def _create_workspace(self) -> HostWorkspace:
         bwrap = bwrap_path()
-        sweep_stale_workspaces()
-        path = state_dir() / "ws" / self.id
-        # what can refuse (a host path that is not there, no interpreter) refuses before anything is made
-        sandbox = [bwrap, *self._bwrap_args(path)]
-        group = enter_prefix() if self.spec.cpu_group else []
         python = agent_python()
+        for host_path in self.spec.host_paths:  # what can refuse refuses before anything is made
+            if not Path(host_path).exists():
+                raise SandboxError(f"sandbox.host_paths: {host_path} does not exist on this host")
+        sweep_stale_workspaces()
         self._lease = UidLease() if is_root() else None
         uid = self._lease.uid if self._lease else None
+        path = state_dir() / "ws" / self.id
         path.mkdir(mode=0o700)
         with _LEFT_LOCK:
             _LEFT[path] = self._lease
         try:
             if uid is not None and not mount_tmpfs(path, self.spec.disk_mb, uid):
                 os.chown(path, uid, uid)  # mounting is not allowed here: a plain folder
+            sandbox = [bwrap, *self._bwrap_args(path)]  # (the task's mounts' folders go in the workspace)
+            group = enter_prefix() if self.spec.cpu_group else []
         except BaseException:
-            self._destroy_workspace(HostWorkspace(path, uid, uid))
+            self._destroy_workspace(HostWorkspace(path, uid, uid))  # nothing made is left behind
             raise
         # setpriv rather than Popen(user=...): CPython uses vfork only when no uid change is asked for,
         # and a plain fork of a large process (torch loaded) blocks the caller for milliseconds.
