@@ -74,6 +74,8 @@ def test_bench_rl_runs_the_rl_phase_from_one_warm_start_against_its_control(tmp_
     assert [x["temperature"] for x in s["sweep"]] == [1.0] and s["chosen_temperature"] == 1.0
     assert s["sweep"][0]["samples"] == 2 * s["sweep"][0]["tasks"] and s["sweep"][0]["tasks"] >= 1
     assert (tmp_path / root / "warm" / "bench.json").stat().st_mtime == made and "made before, reused" in sweep.stderr
+    written = (tmp_path / "B.md").read_text()  # the sweep's section beside the seeds' figures, not over them
+    assert "RL's own share" in written and "The RL phase's rollout temperature" in written
     alone = bench(tmp_path, "--no-control", "--trained-tasks", "--warm", str(root / "warm" / "model"), write=False)
     assert alone.returncode == 0, alone.stderr[-3000:]
     a = json.loads(alone.stdout)

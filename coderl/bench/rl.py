@@ -482,6 +482,12 @@ def _first_last(run_dir: Path) -> tuple[Path, Path] | None:
     return (folders[0], folders[-1]) if folders else None
 
 
+def section_name(r: dict[str, Any]) -> str:
+    """The BENCHMARKS.md section a result goes to: the temperature sweep's is its own, so that writing
+    one never replaces the seeds' held-out figures (it once did)."""
+    return "rl-temperature" if "sweep" in r else "rl"
+
+
 def to_markdown(r: dict[str, Any]) -> str:
     if "sweep" in r:
         return _sweep_markdown(r)

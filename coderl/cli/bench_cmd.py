@@ -428,10 +428,10 @@ def run_bench(ns: argparse.Namespace) -> int:
         )
     result = bench.run(cfg, ns, Console(stderr=True))
     result["command"] = command_line()
-    markdown: Callable[[dict[str, Any]], str] = importlib.import_module(
-        f"coderl.bench.{bench.module}"
-    ).to_markdown
-    if ns.write:
-        write_section(Path(ns.write), ns.bench_name, markdown(result))
+    module = importlib.import_module(f"coderl.bench.{bench.module}")
+    markdown: Callable[[dict[str, Any]], str] = module.to_markdown
+    if ns.write:  # a bench with more than one kind of result names each one's section (section_name)
+        section = module.section_name(result) if hasattr(module, "section_name") else ns.bench_name
+        write_section(Path(ns.write), section, markdown(result))
     print(json.dumps(result) if ns.json else markdown(result))
     return 0
