@@ -170,9 +170,7 @@ class BwrapSandbox(LocalSandbox):
         # After /tmp: a virtualenv made under /tmp (mktemp -d) would be hidden by the private /tmp.
         for source, inside in python_binds():
             args += ["--ro-bind", str(source), str(inside)]
-        for path in s.host_paths:
-            if not Path(path).exists():
-                raise SandboxError(f"sandbox.host_paths: {path} does not exist on this host")
+        for path in s.host_paths:  # (each checked to exist by _create_workspace, before the workspace)
             args += ["--ro-bind", str(reachable_source(Path(path))), path]
         args += ["--bind", str(workspace), s.workdir]
         ws = HostWorkspace(workspace, self._uid(), self._uid())
