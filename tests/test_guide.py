@@ -90,6 +90,8 @@ def test_the_fix_point_of_a_one_line_change_by_hand() -> None:
     assert fix_point(twice, patch) is None  # not the right context, and the line alone is ambiguous
     added = "--- a/m.py\n+++ b/m.py\n@@ -1,2 +1,3 @@\n def f(x):\n+    x = abs(x)\n     return x\n"
     assert fix_point(["def f(x):\n    x = abs(x)\n    return x"], added) == (0, len("def f(x):\n"))
+    edit = ["show>", "str_replace>\n<parameter=old>\nreturn x - 1\n</parameter>\n<parameter=new>\nreturn x + 1\n"]
+    assert fix_point(edit, patch) == (1, edit[1].index("+ 1"))  # str_replace leaves the indentation off
 
 
 def test_guidance_guides_unsolved_tasks_anneals_and_refuses_held_out_ones(tmp_path: Path, tokenizer: Any) -> None:

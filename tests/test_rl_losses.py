@@ -383,6 +383,26 @@ def test_compute_loss_by_hand() -> None:
     assert metrics["loss"] == pytest.approx(-3.55)
 
 
+def test_fork_share_trains_only_the_highest_entropy_tokens_at_full_scale() -> None:
+    # Four trained tokens (one padded), entropies [0.1, 2.0, 0.3, 1.0]: fork_share 0.5 keeps the two
+    # highest (2.0 and 1.0), each weighted 1 / 0.5, so with logp = old (ratio 1) and token-mean over the
+    # 4 tokens: pg = -(3 * 2 + 4 * 2) / 4 = -3.5; the low-entropy tokens get no gradient.
+    logp = torch.tensor([[-1.0, -2.0, -0.5, -0.2, -9.0]], requires_grad=True)
+    adv = torch.tensor([[1.0, 3.0, 2.0, 4.0, 7.0]])
+    mask = torch.tensor([[1.0, 1.0, 1.0, 1.0, 0.0]])
+    entropy = torch.tensor([[0.1, 2.0, 0.3, 1.0, 5.0]])  # the padded token's entropy is not a candidate
+    loss, metrics = compute_loss(logp, logp.detach().clone(), adv, mask, AlgoConfig(fork_share=0.5), entropy=entropy)
+    assert float(loss) == pytest.approx(-3.5) and metrics["fork_tokens"] == pytest.approx(0.5)
+    loss.backward()
+    assert logp.grad is not None and logp.grad[0, [0, 2, 4]].abs().sum() == 0
+    assert torch.count_nonzero(logp.grad[0, [1, 3]]) == 2
+    every, _ = compute_loss(logp, logp.detach().clone(), adv, mask, AlgoConfig(fork_share=1.0), entropy=entropy)
+    plain, _ = compute_loss(logp, logp.detach().clone(), adv, mask, AlgoConfig(), entropy=entropy)
+    assert float(every) == pytest.approx(float(plain))  # a share of 1 trains every token, as without it
+    with pytest.raises(ValueError, match="entropy"):
+        compute_loss(logp, logp.detach(), adv, mask, AlgoConfig(fork_share=0.5))
+
+
 def test_compute_loss_kl_in_reward_leaves_the_loss_alone() -> None:
     logp, old, adv, mask = _random(8)
     base, _ = compute_loss(logp, old, adv, mask, AlgoConfig())

@@ -25,6 +25,7 @@ from coderl.train.demos import (
     NOT_ONE_LINE,
     OVER_MAX_TOKENS,
     _changed_span,
+    edit_span,
     gold_demonstrations,
     gold_plan,
     gold_turns,
@@ -116,6 +117,39 @@ async def test_symbol_tool_demonstrations_rewrite_the_callee_in_xml(tmp_path: Pa
     model_text = tokenizer.decode([t for t, m in zip(demos[0].response_ids, demos[0].response_mask, strict=True) if m])
     assert "return a + b" in model_text and "return a - b" not in model_text  # shown source is mask 0
     assert (await grade(task, demos[0].patch)).resolved
+
+
+async def test_symbol_edit_demonstrations_replace_only_the_changed_line(tmp_path: Path, tokenizer: Any) -> None:
+    task = load_tasks(f"native:{make_native(tmp_path)}")[0]
+    edit = load_config(
+        defaults=default_train_config(),
+        overrides=[
+            "rollout.tools=[show_function,str_replace,submit]",
+            'rollout.response_prefix="<tool_call>\\n<function="',
+            "model.tool_format=xml",
+        ],
+    )
+    turns = gold_turns(task, edit.rollout, "xml")
+    assert turns == [
+        "show_function>\n<parameter=name>\nadd\n</parameter>\n</function>\n</tool_call>",
+        "str_replace>\n<parameter=path>\ncalc.py\n</parameter>\n<parameter=old>\nreturn a - b\n</parameter>\n"
+        "<parameter=new>\nreturn a + b\n</parameter>\n</function>\n</tool_call>",
+        "submit>\n</function>\n</tool_call>",
+    ]  # the changed line alone, its indentation left off
+    chat = ChatFormat(tokenizer, "xml")
+    source = f"gold:native:{tmp_path / 'calc-001'}"
+    demos, made = await build_demos(edit, chat, held_out=[], data=[source])
+    assert made[source]["kept"] == 1 and demos[0].exit_status == "submitted"
+    assert (await grade(task, demos[0].patch)).resolved
+
+
+def test_edit_span_widens_a_repeated_line_until_it_is_unique() -> None:
+    buggy = "def f(x):\n    y = x\n    y = x\n    return y - 1\n"
+    fixed = "def f(x):\n    y = x\n    y = x + 1\n    return y - 1\n"
+    assert edit_span(buggy, fixed, 1, 4) == ("y = x\n    return y - 1", "y = x + 1\n    return y - 1")
+    removed = "def g(x):\n    if x:\n        return 0\n    return x\n"
+    assert edit_span("def g(x):\n    return x\n", removed, 1, 2) == ("def g(x):", "def g(x):\n    if x:\n        return 0")
+    assert edit_span(buggy, fixed, 1, 2) is None  # the change lies outside the function's lines
 
 
 def test_the_issue_callee_is_the_first_function_the_issue_calls() -> None:

@@ -53,6 +53,12 @@ class AlgoConfig(Section):
     """Put the KL penalty in the token rewards (REINFORCE++ style) instead of in the loss."""
     entropy_coef: float = 0.0
     """Weight of the entropy bonus subtracted from the loss; 0 = off."""
+    fork_share: float | None = Field(None, gt=0.0, le=1.0)
+    """Train the policy loss on forking tokens only: each micro-batch's ``fork_share`` of its trained
+    tokens where the policy's entropy is highest, weighted 1 / fork_share so the loss keeps its scale
+    (Wang et al. 2025, "Beyond the 80/20 rule": the high-entropy minority carries RL's signal). An agent
+    that copies code back changes it at a few uncertain tokens; the rest, near-certain copies, then take
+    no share of a failed sample's negative advantage. None = every trained token."""
     tis_cap: float | None = Field(2.0, gt=0.0)
     """Truncated importance sampling cap on exp(trainer_logp - rollout_logp); None = off."""
     gamma: float = Field(1.0, ge=0.0, le=1.0)

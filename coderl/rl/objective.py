@@ -1,6 +1,7 @@
 """The full training objective of one (micro-)batch: policy loss (+ TIS) + KL penalty - entropy bonus.
 
 loss = agg(tis * L_policy) + kl_coef * agg(KL(pi || pi_ref)) - entropy_coef * agg(H(pi))
+       (with ``fork_share``, L_policy only at the micro-batch's highest-entropy tokens, / fork_share)
        [+ vf_coef * agg(L_value)  with a value head (GAE)]
 
 where agg is ``aggregate`` with ``cfg.loss_agg`` and the same global normalisers for every term, so
@@ -13,6 +14,7 @@ from __future__ import annotations
 import math
 from functools import partial
 
+import torch
 from torch import Tensor
 
 from coderl.rl.config import AlgoConfig
@@ -24,6 +26,17 @@ from coderl.rl.value import value_loss
 def kl_token_rewards(logp: Tensor, ref_logp: Tensor, mask: Tensor, cfg: AlgoConfig) -> Tensor:
     """-kl_coef * KL_t on trained tokens, detached: the ``token_rewards`` of REINFORCE++-style KL."""
     return (-cfg.kl_coef * kl_penalty(logp, ref_logp, cfg.kl_estimator) * mask).detach()  # [B, T]
+
+
+def forking_tokens(entropy: Tensor, mask: Tensor, share: float) -> Tensor:
+    """1.0 at the ``ceil(share x n)`` trained tokens (of ``mask``'s n) with the highest ``entropy``, ties
+    at the threshold kept, 0.0 elsewhere; ``[B, T]`` like both inputs."""
+    trained = entropy[mask > 0]  # [n]
+    if trained.numel() == 0:
+        return torch.zeros_like(mask)
+    k = max(1, math.ceil(share * trained.numel()))
+    threshold = torch.topk(trained, k).values[-1]  # []
+    return ((entropy >= threshold) & (mask > 0)).to(mask.dtype)  # [B, T]
 
 
 def compute_loss(
@@ -66,6 +79,12 @@ def compute_loss(
         max_len=cfg.loss_norm_len if max_len is None else max_len,
     )
     loss_mat, stats = POLICY_LOSSES[cfg.policy_loss](logp, old_logp, advantages, mask, cfg)  # [B, T]
+    if cfg.fork_share is not None:
+        if entropy is None:
+            raise ValueError("algo.fork_share needs the policy's entropy [B, T]; got entropy=None")
+        forks = forking_tokens(entropy.detach(), mask, cfg.fork_share)  # [B, T]
+        loss_mat = loss_mat * forks / cfg.fork_share  # [B, T]
+        stats["fork_tokens"] = forks.sum() / mask.sum().clamp(min=1.0)
     if rollout_logp is not None and cfg.tis_cap is not None:
         weights = tis_weights(old_logp, rollout_logp, mask, cfg.tis_cap)  # [B, T]
         loss_mat = loss_mat * weights  # [B, T]

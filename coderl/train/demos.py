@@ -172,6 +172,8 @@ def gold_turns(task: Task, rollout: RolloutConfig, tool_format: str = "hermes") 
 
 
 SYMBOL_TOOLS = ("show_function", "replace_function")
+EDIT_TOOLS = ("show_function", "str_replace")
+"""The symbol-edit tool set: look the function up, then replace only the lines that change."""
 
 
 def gold_plan(task: Task, rollout: RolloutConfig, tool_format: str = "hermes") -> list[str] | str:
@@ -183,6 +185,8 @@ def gold_plan(task: Task, rollout: RolloutConfig, tool_format: str = "hermes") -
         return NOT_ONE_LINE
     if rollout.tools is not None and all(t in rollout.tools for t in SYMBOL_TOOLS):
         return _symbol_plan(task, rollout, tool_format)
+    if rollout.tools is not None and all(t in rollout.tools for t in EDIT_TOOLS):
+        return _symbol_edit_plan(task, rollout, tool_format)
     fix = one_line_fix(task.gold_patch)
     if fix is None or not fix.old.strip() or "\n" in fix.old:
         return NOT_ONE_LINE
@@ -254,6 +258,88 @@ def _symbol_plan(task: Task, rollout: RolloutConfig, tool_format: str) -> list[s
     calls: list[tuple[str, dict[str, Any]]] = [
         ("show_function", {"name": bare}),
         ("replace_function", {"path": path, "name": bare, "text": after[0].text(fixed).rstrip("\n")}),
+        ("submit", {}),
+    ]
+    if rollout.max_turns < len(calls):
+        return NOT_ONE_LINE
+    return _written(calls, rollout.response_prefix, tool_format)
+
+
+def _callee_function(task: Task) -> tuple[str, str, str, symbols.FunctionSource] | str:
+    """(path, buggy file, fixed file, the function the fix lies in) for a gold patch that changes one
+    function of one file, that function being the one the issue calls first; else why not."""
+    files = split_patch(task.gold_patch or "")
+    if len(files) != 1 or not (Path(task.repo) / files[0].path).is_file():
+        return NOT_ONE_LINE
+    path = files[0].path
+    buggy = (Path(task.repo) / path).read_text()
+    try:
+        fixed = apply_file_diff(buggy, files[0].text)
+        changed = changed_old_lines(files[0].text)
+        holding = [f for f in symbols.functions(buggy) if all(f.first <= n <= f.last for n in changed)]
+    except (ValueError, SyntaxError):
+        return NOT_ONE_LINE
+    if not changed or not holding:
+        return NOT_ONE_LINE
+    function = max(holding, key=lambda f: f.first)  # the innermost
+    if issue_callee(task.instruction) != function.qualname.rsplit(".", 1)[-1]:
+        return NOT_IN_ISSUE
+    return path, buggy, fixed, function
+
+
+def edit_span(buggy: str, fixed: str, first: int, last: int) -> tuple[str, str] | None:
+    """The ``str_replace`` that turns ``buggy`` into ``fixed``: whole lines, from the first that differs
+    to the last, widened by a line at a time (above, then below, within lines ``first``..``last``)
+    until the old text occurs once in the file; the first line's indentation left off both sides. None
+    when the change reaches outside those lines or no widening is unique."""
+    old_lines, new_lines = buggy.splitlines(), fixed.splitlines()
+    top = 0
+    while top < min(len(old_lines), len(new_lines)) and old_lines[top] == new_lines[top]:
+        top += 1
+    tail = 0  # lines shared at the end
+    while tail < min(len(old_lines), len(new_lines)) - top and old_lines[-1 - tail] == new_lines[-1 - tail]:
+        tail += 1
+    lo, hi = top, len(old_lines) - tail  # old lines [lo, hi) become new lines [lo, len(new) - tail)
+    if lo < first - 1 or hi > last:
+        return None
+    while True:
+        old = old_lines[lo:hi]
+        new = new_lines[lo : len(new_lines) - (len(old_lines) - hi)]
+        if old:
+            indent = old[0][: len(old[0]) - len(old[0].lstrip())]
+            if new and new[0].startswith(indent):
+                old_text = "\n".join(old)[len(indent) :]
+                new_text = "\n".join(new)[len(indent) :]
+            else:
+                old_text, new_text = "\n".join(old), "\n".join(new)
+            if old_text.strip() and buggy.count(old_text) == 1:
+                return old_text, new_text
+        if lo > first - 1 and (hi >= last or (hi - lo) % 2 == 0):
+            lo -= 1
+        elif hi < last:
+            hi += 1
+        else:
+            return None
+
+
+def _symbol_edit_plan(task: Task, rollout: RolloutConfig, tool_format: str) -> list[str] | str:
+    """``show_function`` of the issue's callee, ``str_replace`` of the lines the fix changes, ``submit``."""
+    found = _callee_function(task)
+    if isinstance(found, str):
+        return found
+    path, buggy, fixed, function = found
+    bare = function.qualname.rsplit(".", 1)[-1]
+    try:
+        if len(symbols.named(buggy, bare)) != 1:  # the name must lead to this one function
+            return NOT_ONE_LINE
+    except SyntaxError:
+        return NOT_ONE_LINE
+    span = edit_span(buggy, fixed, function.first, function.last)
+    if span is None:
+        return NOT_ONE_LINE
+    calls: list[tuple[str, dict[str, Any]]] = [
+        ("show_function", {"name": bare}),
+        ("str_replace", {"path": path, "old": span[0], "new": span[1]}),
         ("submit", {}),
     ]
     if rollout.max_turns < len(calls):

@@ -140,6 +140,12 @@ def fix_point(turns: list[str], gold_patch: str) -> tuple[int, int] | None:
                         at = text.find(anchor)
                         if at >= 0 and (n or text.count(line) == 1):  # alone, the line must be unique
                             return i, at + len(anchor) - len(line) + len(written(added[:shared]))
+            bare = added.lstrip()  # a str_replace call leaves the first line's indentation off
+            indent = len(added) - len(bare)
+            for written in (str, _json_escaped):
+                for i, text in enumerate(turns):
+                    if bare and shared >= indent and text.count(written(bare)) == 1:
+                        return i, text.find(written(bare)) + len(written(bare[: shared - indent]))
             return None
         elif line.startswith(" ") and removed is None:
             context.append(line[1:])
