@@ -231,23 +231,11 @@ def gold_plan(task: Task, rollout: RolloutConfig, tool_format: str = "hermes") -
 
 def _symbol_plan(task: Task, rollout: RolloutConfig, tool_format: str) -> list[str] | str:
     """``show_function`` of the issue's callee, ``replace_function`` with its fixed source, ``submit``."""
-    files = split_patch(task.gold_patch or "")
-    if len(files) != 1 or not (Path(task.repo) / files[0].path).is_file():
-        return NOT_ONE_LINE
-    path = files[0].path
-    buggy = (Path(task.repo) / path).read_text()
-    try:
-        fixed = apply_file_diff(buggy, files[0].text)
-        changed = changed_old_lines(files[0].text)
-        holding = [f for f in symbols.functions(buggy) if all(f.first <= n <= f.last for n in changed)]
-    except (ValueError, SyntaxError):
-        return NOT_ONE_LINE
-    if not changed or not holding:
-        return NOT_ONE_LINE
-    function = max(holding, key=lambda f: f.first)  # the innermost
+    found = _callee_function(task)
+    if isinstance(found, str):
+        return found
+    path, buggy, fixed, function = found
     bare = function.qualname.rsplit(".", 1)[-1]
-    if issue_callee(task.instruction) != bare:
-        return NOT_IN_ISSUE
     try:
         after = symbols.named(fixed, function.qualname)
         shown = symbols.named(buggy, bare)
