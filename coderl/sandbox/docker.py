@@ -171,6 +171,7 @@ class DockerSandbox(Sandbox):
         self._lock = asyncio.Lock()
         self._started = False
         self._closed = False
+        self._closing: asyncio.Future[None] | None = None
         self.image = spec.image or image_tag()
         """The container image: ``sandbox.image``, else coderl's task image (``coderl sandbox image build``)."""
 
@@ -296,9 +297,12 @@ class DockerSandbox(Sandbox):
         )
 
     async def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
+        if self._closing is None:
+            self._closed = True
+            self._closing = asyncio.ensure_future(self._remove())
+        await asyncio.shield(self._closing)  # a cancelled caller does not cut the removal short
+
+    async def _remove(self) -> None:
         if self._started:
             await self._run("rm", "-f", self.name, timeout=60)
 
