@@ -44,7 +44,6 @@ class LocalSandbox(Sandbox, abc.ABC):
         self.id = uuid.uuid4().hex[:12]
         self._lock = asyncio.Lock()
         self._ws: HostWorkspace | None = None
-        self._closed = False
         self._closing: asyncio.Future[None] | None = None
 
     @abc.abstractmethod
@@ -101,9 +100,13 @@ class LocalSandbox(Sandbox, abc.ABC):
         async with self._lock:
             return await _in_pool(ws.download, relative_path(self.spec, path), Path(local_dir))
 
+    @property
+    def _closed(self) -> bool:
+        """close() was called (its removal may still be under way)."""
+        return self._closing is not None
+
     async def close(self) -> None:
         if self._closing is None:
-            self._closed = True
             log.debug("sandbox %s: closing", self.id)
             self._closing = asyncio.ensure_future(self._close())
         # A caller cancelled while it waits (a Ctrl-C, a cancelled rollout) does not cancel the
