@@ -30,7 +30,7 @@ import re
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from coderl.agents import symbols
 from coderl.chat import ChatFormat
@@ -234,28 +234,31 @@ def _symbol_plan(task: Task, rollout: RolloutConfig, tool_format: str) -> list[s
     found = _callee_function(task)
     if isinstance(found, str):
         return found
-    path, buggy, fixed, function = found
-    bare = function.qualname.rsplit(".", 1)[-1]
     try:
-        after = symbols.named(fixed, function.qualname)
-        shown = symbols.named(buggy, bare)
+        after = symbols.named(found.fixed, found.function.qualname)
     except SyntaxError:
         return NOT_ONE_LINE
-    if len(after) != 1 or len(shown) != 1:  # the name must lead to this one function
+    if len(after) != 1:
         return NOT_ONE_LINE
-    calls: list[tuple[str, dict[str, Any]]] = [
-        ("show_function", {"name": bare}),
-        ("replace_function", {"path": path, "name": bare, "text": after[0].text(fixed).rstrip("\n")}),
-        ("submit", {}),
-    ]
-    if rollout.max_turns < len(calls):
-        return NOT_ONE_LINE
-    return _written(calls, rollout.response_prefix, tool_format)
+    text = after[0].text(found.fixed).rstrip("\n")
+    rewrite = ("replace_function", {"path": found.path, "name": found.bare, "text": text})
+    return _planned([("show_function", {"name": found.bare}), rewrite], rollout, tool_format)
 
 
-def _callee_function(task: Task) -> tuple[str, str, str, symbols.FunctionSource] | str:
-    """(path, buggy file, fixed file, the function the fix lies in) for a gold patch that changes one
-    function of one file, that function being the one the issue calls first; else why not."""
+class CalleeFix(NamedTuple):
+    """A gold patch that changes one function of one file: the file before and after, the function."""
+
+    path: str
+    buggy: str
+    fixed: str
+    function: symbols.FunctionSource
+    bare: str
+    """The function's name without its class: what the issue calls and ``show_function`` is given."""
+
+
+def _callee_function(task: Task) -> CalleeFix | str:
+    """The fix, when the gold patch changes one function of one file, that function being the one the
+    issue calls first and the only one its bare name leads to in the file; else why not."""
     files = split_patch(task.gold_patch or "")
     if len(files) != 1 or not (Path(task.repo) / files[0].path).is_file():
         return NOT_ONE_LINE
@@ -270,9 +273,12 @@ def _callee_function(task: Task) -> tuple[str, str, str, symbols.FunctionSource]
     if not changed or not holding:
         return NOT_ONE_LINE
     function = max(holding, key=lambda f: f.first)  # the innermost
-    if issue_callee(task.instruction) != function.qualname.rsplit(".", 1)[-1]:
+    bare = function.qualname.rsplit(".", 1)[-1]
+    if issue_callee(task.instruction) != bare:
         return NOT_IN_ISSUE
-    return path, buggy, fixed, function
+    if len(symbols.named(buggy, bare)) != 1:  # the name must lead to this one function
+        return NOT_ONE_LINE
+    return CalleeFix(path, buggy, fixed, function, bare)
 
 
 def edit_span(buggy: str, fixed: str, first: int, last: int) -> tuple[str, str] | None:
@@ -315,21 +321,18 @@ def _symbol_edit_plan(task: Task, rollout: RolloutConfig, tool_format: str) -> l
     found = _callee_function(task)
     if isinstance(found, str):
         return found
-    path, buggy, fixed, function = found
-    bare = function.qualname.rsplit(".", 1)[-1]
-    try:
-        if len(symbols.named(buggy, bare)) != 1:  # the name must lead to this one function
-            return NOT_ONE_LINE
-    except SyntaxError:
-        return NOT_ONE_LINE
-    span = edit_span(buggy, fixed, function.first, function.last)
+    span = edit_span(found.buggy, found.fixed, found.function.first, found.function.last)
     if span is None:
         return NOT_ONE_LINE
-    calls: list[tuple[str, dict[str, Any]]] = [
-        ("show_function", {"name": bare}),
-        ("str_replace", {"path": path, "old": span[0], "new": span[1]}),
-        ("submit", {}),
-    ]
+    edit = ("str_replace", {"path": found.path, "old": span[0], "new": span[1]})
+    return _planned([("show_function", {"name": found.bare}), edit], rollout, tool_format)
+
+
+def _planned(
+    calls: list[tuple[str, dict[str, Any]]], rollout: RolloutConfig, tool_format: str
+) -> list[str] | str:
+    """``calls`` then ``submit``, written, when they fit in ``rollout.max_turns``."""
+    calls = [*calls, ("submit", {})]
     if rollout.max_turns < len(calls):
         return NOT_ONE_LINE
     return _written(calls, rollout.response_prefix, tool_format)
