@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import subprocess
 import tarfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +14,12 @@ import pytest
 
 from coderl.errors import SandboxError
 from coderl.sandbox import create_sandbox
+from coderl.sandbox.base import Sandbox
+from coderl.sandbox.docker import DockerSandbox, docker_cli
+from coderl.sandbox.hostsetup import state_dir
+from coderl.sandbox.local import LocalSandbox
 from coderl.sandbox.pool import SandboxPool
+from coderl.sandbox.remote import RemoteSandbox
 from tests.sandbox_backends import sandbox_server, spec_for  # noqa: F401  (fixture)
 
 BACKENDS = ["bwrap", "process", "remote", "docker"]
@@ -162,6 +171,45 @@ async def test_close_is_idempotent_and_final(make_spec: Any) -> None:
     await sb.close()
     with pytest.raises(SandboxError):
         await sb.exec("true")
+
+
+def _left_behind(sb: Sandbox) -> Callable[[], bool]:
+    """Whether what the sandbox made is still there, looked up on this host (the sandbox server of
+    the remote backend runs here too, on bwrap): a workspace folder or mount, a container."""
+    if isinstance(sb, LocalSandbox):
+        assert sb._ws is not None
+        root = sb._ws.root
+        return lambda: root.exists() or str(root) in Path("/proc/mounts").read_text()
+    if isinstance(sb, DockerSandbox):
+        inspect = [docker_cli(), "container", "inspect", sb.name]
+        return lambda: subprocess.run(inspect, capture_output=True, timeout=60).returncode == 0
+    assert isinstance(sb, RemoteSandbox)
+    served = state_dir() / "ws" / sb.id
+    assert served.exists()
+    return served.exists
+
+
+async def test_a_close_cancelled_while_it_waits_still_removes_the_sandbox(make_spec: Any) -> None:
+    """A close() cancelled while a command still runs (a Ctrl-C) goes on removing the sandbox, and a
+    second close() returns only once it is gone. Before, the first close marked the sandbox closed
+    and the second returned at once: a bwrap workspace stayed mounted until the process's exit sweep,
+    and a server's sandbox could be left to the server."""
+    sb = await create_sandbox(make_spec())
+    left_behind = _left_behind(sb)
+    assert left_behind()
+    running = asyncio.create_task(sb.exec("sleep 1"))
+    await asyncio.sleep(0.3)  # the command runs (and holds the sandbox where a backend locks it)
+    closing = asyncio.create_task(sb.close())
+    await asyncio.sleep(0.02)
+    closing.cancel()  # bwrap, process and remote wait for the command here; docker's rm -f may be done
+    with contextlib.suppress(asyncio.CancelledError):
+        await closing
+    await sb.close()
+    assert not left_behind()
+    with pytest.raises(SandboxError):
+        await sb.exec("true")
+    with contextlib.suppress(SandboxError):
+        await running  # it ran to its end, or the removal ended it (docker's rm -f)
 
 
 async def test_missing_workspace_source_is_a_sandbox_error(make_spec: Any, tmp_path: Path) -> None:

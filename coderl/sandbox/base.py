@@ -8,6 +8,7 @@ that cannot start, a path that escapes the workspace) raise :class:`~coderl.erro
 from __future__ import annotations
 
 import abc
+import asyncio
 import posixpath
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,9 +79,28 @@ class Sandbox(abc.ABC):
         so the first command does not pay for it). Other backends need nothing; never raises."""
         return None
 
-    @abc.abstractmethod
+    _closing: asyncio.Future[None] | None = None
+    """The removal under way or done, once close() was called."""
+
+    @property
+    def _closed(self) -> bool:
+        """close() was called (its removal may still be under way)."""
+        return self._closing is not None
+
     async def close(self) -> None:
-        """Kill everything inside and delete the workspace; idempotent."""
+        """Kill everything inside and delete the workspace; idempotent.
+
+        The removal runs as its own task: a caller cancelled while it waits (a Ctrl-C, a cancelled
+        rollout) does not cut it short, and a second close() waits for the first one's rather than
+        returning at once. A close cut short used to leave the workspace (or the server's sandbox)
+        behind, marked closed for good."""
+        if self._closing is None:
+            self._closing = asyncio.ensure_future(self._close())
+        await asyncio.shield(self._closing)
+
+    @abc.abstractmethod
+    async def _close(self) -> None:
+        """Remove the sandbox and all that runs in it; run once, by close()."""
 
     async def __aenter__(self) -> Sandbox:
         return self

@@ -170,7 +170,6 @@ class DockerSandbox(Sandbox):
         self._keep = ""
         self._lock = asyncio.Lock()
         self._started = False
-        self._closing: asyncio.Future[None] | None = None
         self.image = spec.image or image_tag()
         """The container image: ``sandbox.image``, else coderl's task image (``coderl sandbox image build``)."""
 
@@ -295,17 +294,7 @@ class DockerSandbox(Sandbox):
             EXEC_POOL, _untar_safely, out, Path(local_dir), rel
         )
 
-    @property
-    def _closed(self) -> bool:
-        """close() was called (its removal may still be under way)."""
-        return self._closing is not None
-
-    async def close(self) -> None:
-        if self._closing is None:
-            self._closing = asyncio.ensure_future(self._remove())
-        await asyncio.shield(self._closing)  # a cancelled caller does not cut the removal short
-
-    async def _remove(self) -> None:
+    async def _close(self) -> None:
         if self._started:
             await self._run("rm", "-f", self.name, timeout=60)
 

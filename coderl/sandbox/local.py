@@ -44,7 +44,6 @@ class LocalSandbox(Sandbox, abc.ABC):
         self.id = uuid.uuid4().hex[:12]
         self._lock = asyncio.Lock()
         self._ws: HostWorkspace | None = None
-        self._closing: asyncio.Future[None] | None = None
 
     @abc.abstractmethod
     def _create_workspace(self) -> HostWorkspace:
@@ -100,21 +99,8 @@ class LocalSandbox(Sandbox, abc.ABC):
         async with self._lock:
             return await _in_pool(ws.download, relative_path(self.spec, path), Path(local_dir))
 
-    @property
-    def _closed(self) -> bool:
-        """close() was called (its removal may still be under way)."""
-        return self._closing is not None
-
-    async def close(self) -> None:
-        if self._closing is None:
-            log.debug("sandbox %s: closing", self.id)
-            self._closing = asyncio.ensure_future(self._close())
-        # A caller cancelled while it waits (a Ctrl-C, a cancelled rollout) does not cancel the
-        # removal, and a second close() waits for the first one's instead of returning at once: a
-        # close cut short at its lock used to leave the workspace mounted, marked closed for good.
-        await asyncio.shield(self._closing)
-
     async def _close(self) -> None:
+        log.debug("sandbox %s: closing", self.id)
         async with self._lock:  # waits for a running exec, which kills its own process tree
             await self._stop_processes()
             if self._ws is not None:

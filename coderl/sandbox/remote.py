@@ -23,11 +23,13 @@ class RemoteSandbox(Sandbox):
             headers={"Authorization": f"Bearer {spec.remote_token}"},
             timeout=httpx.Timeout(spec.timeout_s + 60, connect=10),
         )
-        self._closed = False
 
     async def _call(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        if self._client.is_closed:
-            raise SandboxError(f"remote sandbox {getattr(self, 'id', '?')} is closed")
+        if self._closed:
+            raise SandboxError(f"remote sandbox {self.id or '?'} is closed")
+        return await self._send(method, path, **kwargs)
+
+    async def _send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         try:
             r = await self._client.request(method, path, **kwargs)
         except httpx.HTTPError as exc:
@@ -89,13 +91,10 @@ class RemoteSandbox(Sandbox):
             else []
         )
 
-    async def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
+    async def _close(self) -> None:
         try:
-            if getattr(self, "id", ""):
-                await self._call("DELETE", f"/sandboxes/{self.id}")
+            if self.id:  # the server made it: it goes there too (a cancelled close() still sends this)
+                await self._send("DELETE", f"/sandboxes/{self.id}")
         finally:
             await self._client.aclose()
 
