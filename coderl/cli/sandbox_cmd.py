@@ -30,7 +30,9 @@ def run_sandbox_serve(ns: argparse.Namespace) -> int:
         if cfg.sandbox.backend == "remote"
         else cfg.sandbox
     )
-    app = create_sandbox_app(tokens, spec)
+    app = create_sandbox_app(
+        tokens, spec, max_sandboxes=cfg.server.max_sandboxes, idle_s=cfg.server.sandbox_idle_s
+    )
     uvicorn.run(app, host=cfg.server.host, port=cfg.server.port, log_level=cfg.run.log_level)
     return 0
 

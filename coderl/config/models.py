@@ -62,6 +62,11 @@ class ServerConfig(Section):
     """If set, requests must carry 'Authorization: Bearer <api_key>'."""
     tokens: list[str] = []
     """Client tokens of `coderl sandbox serve` (one per client; each sees only its own sandboxes)."""
+    max_sandboxes: int = Field(256, ge=1)
+    """`coderl sandbox serve`: the most sandboxes one client may hold at once (more answer 429)."""
+    sandbox_idle_s: float | None = Field(3600.0, gt=0)
+    """`coderl sandbox serve`: close a sandbox no request has used for this many seconds (its client
+    died without closing it); null = never. A command still running keeps its sandbox."""
 
 
 class Config(Section):

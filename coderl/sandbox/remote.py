@@ -29,12 +29,14 @@ class RemoteSandbox(Sandbox):
             raise SandboxError(f"remote sandbox {self.id or '?'} is closed")
         return await self._send(method, path, **kwargs)
 
-    async def _send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+    async def _send(self, method: str, path: str, missing_ok: bool = False, **kwargs: Any) -> httpx.Response:
+        """The request; SandboxError for a transport failure or an error status (a 404 returns with
+        ``missing_ok``)."""
         try:
             r = await self._client.request(method, path, **kwargs)
         except httpx.HTTPError as exc:
             raise SandboxError(f"sandbox server {self.spec.remote_url}: {type(exc).__name__}: {exc}") from exc
-        if r.status_code >= 400:
+        if r.status_code >= 400 and not (missing_ok and r.status_code == 404):
             try:
                 detail = r.json().get("detail", r.text)
             except ValueError:
@@ -94,7 +96,8 @@ class RemoteSandbox(Sandbox):
     async def _close(self) -> None:
         try:
             if self.id:  # the server made it: it goes there too (a cancelled close() still sends this)
-                await self._send("DELETE", f"/sandboxes/{self.id}")
+                # 404: the server has closed it already (its idle limit, or the server restarted)
+                await self._send("DELETE", f"/sandboxes/{self.id}", missing_ok=True)
         finally:
             await self._client.aclose()
 

@@ -2,7 +2,9 @@
 
 Every request needs ``Authorization: Bearer <token>``; each token is one client, and a client sees
 only the sandboxes it created (others' ids answer 404). The server decides the backend (bwrap by
-default); a client chooses the limits and the workspace.
+default); a client chooses the limits and the workspace. A sandbox no request has used for
+``idle_s`` seconds (and none is using) is closed: its client died without a DELETE. A later request
+for it answers 404 saying so.
 
   POST   /sandboxes                     body: SandboxSpec fields -> {"id": ...}
   POST   /sandboxes/{id}/exec           {"cmd", "timeout", "env", "cwd"} -> ExecResult
@@ -16,12 +18,15 @@ default); a client chooses the limits and the workspace.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import hashlib
 import hmac
+import logging
 import tempfile
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +40,28 @@ from coderl.sandbox.base import Sandbox, SandboxSpec
 
 MAX_BODY = 256 << 20
 
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class _Held:
+    """A served sandbox: whose it is, and when a request last used it (``busy`` are under way)."""
+
+    owner: str
+    sandbox: Sandbox
+    used: float = dataclasses.field(default_factory=time.monotonic)
+    busy: int = 0
+
+    @contextlib.contextmanager
+    def use(self) -> Iterator[Sandbox]:
+        self.busy += 1
+        self.used = time.monotonic()
+        try:
+            yield self.sandbox
+        finally:
+            self.busy -= 1
+            self.used = time.monotonic()
+
 
 class ExecRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -46,23 +73,53 @@ class ExecRequest(BaseModel):
 
 
 def create_sandbox_app(
-    tokens: list[str], backend_spec: SandboxSpec | None = None, max_sandboxes: int = 256
+    tokens: list[str],
+    backend_spec: SandboxSpec | None = None,
+    max_sandboxes: int = 256,
+    idle_s: float | None = 3600.0,
 ) -> FastAPI:
-    """The server app; ``tokens`` are the accepted client tokens (at least one)."""
+    """The server app; ``tokens`` are the accepted client tokens (at least one); ``idle_s``: close a
+    sandbox no request has used for that long (None: never)."""
     if not tokens:
         raise SandboxError("the sandbox server needs at least one client token")
+    if idle_s is not None and idle_s <= 0:
+        raise SandboxError(f"the sandbox server's idle limit must be positive seconds or None, not {idle_s}")
     base = backend_spec or SandboxSpec()
     if base.backend == "remote":
         raise SandboxError("a sandbox server cannot use the remote backend itself; use bwrap or docker")
     digests = {hashlib.sha256(t.encode()).hexdigest() for t in tokens}
-    owned: dict[str, tuple[str, Sandbox]] = {}
+    owned: dict[str, _Held] = {}
+    expired: dict[str, float] = {}  # id -> the idle seconds it was closed after (the latest 1,024)
+
+    async def reap(limit: float) -> None:
+        while True:
+            await asyncio.sleep(min(limit / 2, 30.0))
+            now = time.monotonic()
+            for sid, held in list(owned.items()):
+                if held.busy or now - held.used < limit or owned.get(sid) is not held:
+                    continue
+                del owned[sid]
+                expired[sid] = now - held.used
+                while len(expired) > 1024:
+                    del expired[next(iter(expired))]
+                log.warning("sandbox %s: no request for %.1f s (its client is gone?): closed", sid, now - held.used)
+                try:
+                    await held.sandbox.close()
+                except Exception:  # one sandbox's failure must not stop the reaper
+                    log.exception("sandbox %s: closing it after its idle limit failed", sid)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        yield
-        for _owner, sb in list(owned.values()):
-            await sb.close()
-        owned.clear()
+        reaper = asyncio.create_task(reap(idle_s)) if idle_s is not None else None
+        try:
+            yield
+        finally:
+            if reaper is not None:
+                reaper.cancel()
+                await asyncio.wait([reaper])
+            for held in list(owned.values()):
+                await held.sandbox.close()
+            owned.clear()
 
     app = FastAPI(title="coderl sandbox server", lifespan=lifespan)
 
@@ -74,11 +131,16 @@ def create_sandbox_app(
             raise HTTPException(401, "missing or unknown bearer token")
         return digest
 
-    def sandbox_of(sid: str, who: str) -> Sandbox:
-        entry = owned.get(sid)
-        if entry is None or not hmac.compare_digest(entry[0], who):
+    def held_by(sid: str, who: str) -> _Held:
+        held = owned.get(sid)
+        if held is None or not hmac.compare_digest(held.owner, who):
+            if sid in expired and held is None:
+                raise HTTPException(
+                    404, f"no sandbox {sid!r}: the server closed it after {expired[sid]:.1f} s without a request "
+                    f"(its idle limit, server.sandbox_idle_s, is {idle_s:g} s)",
+                )  # fmt: skip
             raise HTTPException(404, f"no sandbox {sid!r}")
-        return entry[1]
+        return held
 
     @app.exception_handler(SandboxError)
     async def _sandbox_error(_: Request, exc: SandboxError) -> JSONResponse:
@@ -86,11 +148,11 @@ def create_sandbox_app(
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
-        return {"ok": True, "backend": base.backend, "sandboxes": len(owned)}
+        return {"ok": True, "backend": base.backend, "sandboxes": len(owned), "idle_s": idle_s}
 
     @app.post("/sandboxes")
     async def create(body: dict[str, Any], who: str = Depends(client)) -> dict[str, str]:
-        if sum(1 for o, _ in owned.values() if o == who) >= max_sandboxes:
+        if sum(1 for held in owned.values() if held.owner == who) >= max_sandboxes:
             raise HTTPException(429, f"this client already has {max_sandboxes} sandboxes; close some")
         fields = {
             k: v for k, v in body.items() if k not in ("backend", "workspace", "remote_url", "remote_token")
@@ -102,48 +164,49 @@ def create_sandbox_app(
         from coderl.sandbox import create_sandbox
 
         sb = await create_sandbox(spec)
-        owned[sb.id] = (who, sb)
+        owned[sb.id] = _Held(who, sb)
         return {"id": sb.id}
 
     @app.post("/sandboxes/{sid}/exec")
     async def exec_(sid: str, body: ExecRequest, who: str = Depends(client)) -> dict[str, Any]:
-        result = await sandbox_of(sid, who).exec(body.cmd, timeout=body.timeout, env=body.env, cwd=body.cwd)
+        with held_by(sid, who).use() as sb:
+            result = await sb.exec(body.cmd, timeout=body.timeout, env=body.env, cwd=body.cwd)
         return dataclasses.asdict(result)
 
     @app.get("/sandboxes/{sid}/file")
     async def read(sid: str, path: str, who: str = Depends(client)) -> Response:
-        return Response(await sandbox_of(sid, who).read_file(path), media_type="application/octet-stream")
+        with held_by(sid, who).use() as sb:
+            return Response(await sb.read_file(path), media_type="application/octet-stream")
 
     @app.put("/sandboxes/{sid}/file")
     async def write(sid: str, path: str, request: Request, who: str = Depends(client)) -> dict[str, bool]:
-        sb = sandbox_of(sid, who)
-        await sb.write_file(path, await _body(request))
+        with held_by(sid, who).use() as sb:
+            await sb.write_file(path, await _body(request))
         return {"ok": True}
 
     @app.post("/sandboxes/{sid}/upload")
     async def upload(
         sid: str, request: Request, path: str = ".", who: str = Depends(client)
     ) -> dict[str, bool]:
-        sb = sandbox_of(sid, who)
-        data = await _body(request)
-        with tempfile.TemporaryDirectory() as tmp:
-            unpack(data, Path(tmp))
-            await sb.upload(tmp, path)
+        with held_by(sid, who).use() as sb:
+            data = await _body(request)
+            with tempfile.TemporaryDirectory() as tmp:
+                unpack(data, Path(tmp))
+                await sb.upload(tmp, path)
         return {"ok": True}
 
     @app.get("/sandboxes/{sid}/download")
     async def download(sid: str, path: str = ".", who: str = Depends(client)) -> Response:
-        sb = sandbox_of(sid, who)
-        with tempfile.TemporaryDirectory() as tmp:
+        with held_by(sid, who).use() as sb, tempfile.TemporaryDirectory() as tmp:
             skipped = await sb.download(path, tmp)
             data = pack(Path(tmp))
         return Response(data, media_type="application/gzip", headers={"x-coderl-skipped": str(len(skipped))})
 
     @app.delete("/sandboxes/{sid}")
     async def delete(sid: str, who: str = Depends(client)) -> dict[str, bool]:
-        sb = sandbox_of(sid, who)
+        held = held_by(sid, who)
         owned.pop(sid, None)
-        await sb.close()
+        await held.sandbox.close()
         return {"ok": True}
 
     return app
