@@ -3,6 +3,7 @@ real-model run (slow)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,8 @@ import pytest
 from coderl.chat import ChatFormat
 from coderl.config import EngineConfig, ModelConfig
 from coderl.engine.embedded import EmbeddedEngine
+from coderl.engine.scripted import ScriptedEngine
+from coderl.errors import EngineUnavailableError
 from coderl.proxy.app import create_app
 from coderl.proxy.config import ProxyConfig
 from coderl.proxy.responses_items import chat_messages
@@ -93,7 +96,7 @@ async def test_string_input_is_recorded_and_answered_as_a_response(chat: ChatFor
         assert call["completion_ids"] == [*chat.encode("Hello there."), engine.end_id]
         assert out["usage"] == {
             "input_tokens": len(call["prompt_ids"]),
-            "input_tokens_details": {"cached_tokens": 0},
+            "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
             "output_tokens": len(call["completion_ids"]),
             "output_tokens_details": {"reasoning_tokens": 0},
             "total_tokens": len(call["prompt_ids"]) + len(call["completion_ids"]),
@@ -253,7 +256,7 @@ async def test_built_in_tools_are_refused_by_name(
 
 BAD = [
     ({"input": "x", "temperature": 5}, "temperature", "less than or equal to 2"),
-    ({"temperature": 1}, "input", "Field required"),
+    ({"temperature": 1}, "input", "input is empty; give a string or at least one item (or previous_response_id)"),
     ({"input": "x", "max_output_tokens": 0}, "max_output_tokens", "greater than or equal to 1"),
     ({"input": "x", "tool_choice": "sometimes"}, "tool_choice", "'required'"),
     ({"input": "x", "tool_choice": "required"}, "tool_choice", "has no tools"),
@@ -595,16 +598,61 @@ async def test_engine_failures_keep_the_openai_error_shape(chat: ChatFormat, tmp
             r = await client.post(url(s), json={"input": "x", "stream": stream}, headers=auth(s))
             assert r.status_code == 503 and "Retry-After" in r.headers
             assert r.json()["error"]["code"] == "engine_unavailable"
-    # Once the headers are out, an error comes as an ``error`` event in the stream.
-    shape = ResponseStream({"id": "resp_1"}, lambda row: {})
-    (event,) = events(shape.error(503, "the engine is unavailable").decode())
-    assert event == {
+    # Once the headers are out, an error comes as an ``error`` event in the stream, then response.failed.
+    shape = ResponseStream({"id": "resp_1", "status": "in_progress"}, lambda row: {})
+    error, failed = events(shape.error(503, "the engine is unavailable").decode())
+    assert error == {
         "type": "error",
         "code": "engine_unavailable",
         "message": "the engine is unavailable",
         "param": None,
+        "error": {
+            "type": "server_error", "code": "engine_unavailable", "message": "the engine is unavailable", "param": None,
+        },
         "sequence_number": 0,
-    }
+    }  # fmt: skip
+    assert failed == {
+        "type": "response.failed",
+        "response": {
+            "id": "resp_1", "status": "failed",
+            "error": {"code": "engine_unavailable", "message": "the engine is unavailable"},
+        },
+        "sequence_number": 1,
+    }  # fmt: skip
+
+
+class _LostMidStream(ScriptedEngine):
+    """Hands over its reply's first three tokens, then loses its replica."""
+
+    async def generate_streaming(
+        self, prompt_ids: list[int], params: Any, on_tokens: Any, session_id: str | None = None
+    ) -> Any:
+        done = await self.generate(prompt_ids, params, session_id=session_id)
+        for token, logprob in list(zip(done.token_ids, done.logprobs, strict=True))[:3]:
+            on_tokens([token], [logprob])
+            await asyncio.sleep(0)
+        await asyncio.sleep(0.01)
+        raise EngineUnavailableError("replica lost")
+
+
+async def test_an_engine_lost_mid_stream_fails_the_response_for_the_sdk_and_codex(
+    chat: ChatFormat, tmp_path: Path
+) -> None:
+    engine = _LostMidStream(["Once upon a time there was a dragon."], chat.tokenizer, default="ok")
+    async with proxy_client(chat, engine, tmp_path / "p.db") as (client, app):
+        s = await new_session(client)
+        r = await client.post(url(s), json={"input": "x", "stream": True}, headers=auth(s))
+        got = events(r.text)
+        assert r.status_code == 200 and "response.output_text.delta" in [e["type"] for e in got]
+        assert [e["type"] for e in got[-2:]] == ["error", "response.failed"]  # Codex reads the last
+        assert got[-1]["response"]["error"]["code"] == "engine_unavailable"
+        sdk = openai.AsyncOpenAI(
+            base_url=s["openai_base_url"], api_key=s["secret"], http_client=sdk_http_client(app), max_retries=0
+        )
+        stream = await sdk.responses.create(model="m", input="y", stream=True)
+        with pytest.raises(openai.APIError, match="replica lost"):
+            async for _ in stream:
+                pass
 
 
 async def test_logprobs_when_included(chat: ChatFormat, tmp_path: Path) -> None:
@@ -704,7 +752,16 @@ async def test_the_openai_sdk_creates_and_streams_responses(chat: ChatFormat, tm
         rec = await record(client, s["id"])
         assert final.output_text == "short" and final.usage is not None
         assert final.usage.output_tokens == len(rec["calls"][2]["completion_ids"])
+        assert final.usage.input_tokens_details.cache_write_tokens == 0  # a field the SDK requires
         assert rec["stats"]["trajectories"] == 1 and rec["stats"]["calls"] == 3
+        again = await sdk.responses.create(  # no input: the stored conversation, answered as it is
+            model="m", previous_response_id=final.id, instructions="sys", tools=TOOLS,  # type: ignore[arg-type]
+            reasoning={"effort": "low"}, text={"verbosity": "low"},
+        )  # fmt: skip
+        assert again.status == "completed" and again.output_text == "ok"
+        assert again.reasoning is not None and again.reasoning.effort == "low" and again.text.verbosity == "low"
+        rec = await record(client, s["id"])
+        assert rec["stats"]["calls"] == 4
 
 
 @pytest.mark.slow

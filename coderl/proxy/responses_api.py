@@ -6,7 +6,7 @@ The request's ``instructions`` and ``input`` items become the chat messages the 
 as output items: a ``message`` with one ``output_text`` part and one ``function_call`` item per call.
 
 Supported: ``input`` (a string, or message / function_call / function_call_output items, and their
-custom_tool_call counterparts), ``instructions``, function and custom ``tools`` (a custom tool's free
+custom_tool_call counterparts; left out, ``previous_response_id``'s conversation is answered as it is), ``instructions``, function and custom ``tools`` (a custom tool's free
 text travels as a function's one string parameter: :mod:`coderl.proxy.responses_items`), ``tool_choice`` (auto / none / required / one named function,
 forced in token space: :mod:`coderl.proxy.tool_choice`), ``max_output_tokens`` (a cut reply is
 ``incomplete`` with reason ``max_output_tokens``), ``temperature``, ``top_p``, ``stream``
@@ -14,10 +14,11 @@ forced in token space: :mod:`coderl.proxy.tool_choice`), ``max_output_tokens`` (
 (:mod:`coderl.proxy.responses_memory`), ``include: ["message.output_text.logprobs"]`` (the sampled
 tokens' logprobs on the output_text part), and ``seed`` (a coderl extension, as in chat completions).
 Echoed, not acted on: ``metadata``, ``user``, ``parallel_tool_calls`` (the model may still write several
-calls), ``truncation`` (nothing is ever truncated), ``text`` with format text. Refused with a 400:
+calls), ``truncation`` (nothing is ever truncated), ``text`` with format text (and its ``verbosity``),
+``reasoning``'s effort and summary. Refused with a 400:
 built-in tools, ``reasoning`` / ``item_reference`` / built-in tool items in the input, non-text content,
 ``text.format`` other than text, ``top_logprobs`` above 0, ``background``, ``conversation`` and
-``prompt``. Other fields (``reasoning``, ``prompt_cache_key``, ``service_tier``, ``safety_identifier``,
+``prompt``. Other fields (``prompt_cache_key``, ``service_tier``, ``safety_identifier``,
 ``stream_options``, ``max_tool_calls``...) are accepted and ignored, as clients such as the Codex CLI
 send them and none changes what the proxy records.
 """
@@ -63,11 +64,12 @@ class TextFormat(Lenient):
 
 class TextConfig(Lenient):
     format: TextFormat | None = None
+    verbosity: str | None = None
 
 
 class ResponsesRequest(Lenient):
     model: str = ""
-    input: str | list[dict[str, Any]]
+    input: str | list[dict[str, Any]] = []  # none: previous_response_id's conversation as it is
     instructions: str | None = None
     previous_response_id: str | None = None
     store: bool | None = None
@@ -145,10 +147,10 @@ def response_head(
         "output": [],
         "parallel_tool_calls": True if body.parallel_tool_calls is None else body.parallel_tool_calls,
         "previous_response_id": body.previous_response_id,
-        "reasoning": {"effort": None, "summary": None},
+        "reasoning": reasoning_echo(body),
         "store": body.store is not False,
         "temperature": 1.0 if body.temperature is None else body.temperature,
-        "text": {"format": {"type": "text"}},
+        "text": {"format": {"type": "text"}, **({"verbosity": body.text.verbosity} if body.text and body.text.verbosity else {})},
         "tool_choice": "auto" if body.tool_choice is None else body.tool_choice,
         "tools": echo_tools(body.tools, tools),
         "top_p": 1.0 if body.top_p is None else body.top_p,
@@ -158,11 +160,20 @@ def response_head(
     }
 
 
+def reasoning_echo(body: ResponsesRequest) -> dict[str, Any]:
+    """The request's ``reasoning`` as the response echoes it (effort and summary; the model samples
+    whatever its chat template lets it, the setting changes nothing here)."""
+    given = (body.model_extra or {}).get("reasoning")
+    given = given if isinstance(given, dict) else {}
+    return {"effort": given.get("effort"), "summary": given.get("summary")}
+
+
 def usage(row: CallRow) -> dict[str, Any]:
     r = row.result
     return {
         "input_tokens": r["prompt_tokens"],
-        "input_tokens_details": {"cached_tokens": r.get("cached_tokens", 0)},
+        # cache_write_tokens: no cache write is billed (a prompt the engine's prefix cache keeps costs nothing)
+        "input_tokens_details": {"cached_tokens": r.get("cached_tokens", 0), "cache_write_tokens": 0},
         "output_tokens": r["completion_tokens"],
         "output_tokens_details": {"reasoning_tokens": 0},
         "total_tokens": r["prompt_tokens"] + r["completion_tokens"],
@@ -251,7 +262,9 @@ def responses_router(service: ProxyService, memory: ResponseMemory | None = None
         parent = earlier(session.id, body.previous_response_id)
         prior = parent.conversation() if parent else []
         if not prior and not new_items:
-            raise ApiError(400, "input is empty; give a string or at least one item", param="input")
+            raise ApiError(
+                400, "input is empty; give a string or at least one item (or previous_response_id)", param="input"
+            )
         messages = chat_messages([*prior, *new_items], body.instructions, first=len(prior))
         raw = await request.body()
         req = CallRequest(

@@ -10,7 +10,8 @@ each tool call ``response.output_item.added`` (a ``function_call`` with empty ar
 ``response.function_call_arguments.delta`` and ``.done`` (``response.custom_tool_call_input.delta`` and
 ``.done`` for a custom tool's call), ``response.output_item.done``; last
 ``response.completed``, or ``response.incomplete`` when max_output_tokens cut the reply. The output
-items and the final response are the ones the non-streamed call answers.
+items and the final response are the ones the non-streamed call answers. A failure once the stream
+has begun (the engine's) ends it with ``error`` and ``response.failed``.
 """
 
 from __future__ import annotations
@@ -111,8 +112,15 @@ class ResponseStream:
         return out
 
     def error(self, status: int, message: str) -> bytes:
+        """A failure after the headers went out: the ``error`` event (its fields at the top, as the
+        API reference has them, and again under ``error``, as the API sends them: the openai SDK raises
+        on that key), then ``response.failed`` with the response's ``error`` (what Codex reads)."""
         err = error_body("openai", status, message)["error"]
-        return self.event("error", code=err["code"] or err["type"], message=message, param=None)
+        code = err["code"] or err["type"]
+        failed = {**self.head, "status": "failed", "error": {"code": code, "message": message}}
+        return self.event(
+            "error", code=code, message=message, param=None, error={**err, "code": code}
+        ) + self.event("response.failed", response=failed)
 
     def replay(self, row: CallRow) -> list[bytes]:
         """The whole stream of a recorded call (a retry answered from the record)."""
