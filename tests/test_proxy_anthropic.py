@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import re
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +12,7 @@ import anthropic
 import pytest
 
 from coderl.chat import ChatFormat
+from coderl.engine.scripted import ScriptedEngine
 from tests.proxy_fakes import new_session, proxy_client, record, scripted, sdk_http_client
 
 TOOLS = [
@@ -232,7 +235,10 @@ async def test_a_prompt_over_the_context_gets_advice_that_can_work(chat: ChatFor
         )  # fmt: skip
         assert r.status_code == 400
         msg = r.json()["error"]["message"]
-        assert "the prompt is 9100 tokens" in msg and "2 tool definitions take about" in msg
+        # Anthropic's wording, the one Claude Code matches to compact its conversation (errors.ts)
+        assert re.search(r"prompt is too long[^0-9]*(\d+)\s*tokens?\s*>\s*(\d+)", msg, re.I)
+        assert msg.startswith("prompt is too long: 9100 tokens > 8191 maximum")
+        assert "2 tool definitions take about" in msg
         assert msg.index("WebFetch") < msg.index("bash")  # the largest first
         assert "8192 tokens is this model's own limit" in msg and "--tools Bash,Read,Edit" in msg
         assert "raise engine.max_model_len" not in msg  # advice that cannot work is not given
@@ -263,3 +269,52 @@ async def test_a_head_probe_on_the_base_url_is_answered(chat: ChatFormat, tmp_pa
             assert (await client.head(path)).status_code == 200
         assert (await client.head("/s/nosuchsession/api/hello")).status_code == 404
         assert (await record(client, s["id"]))["calls"] == []
+
+
+async def test_a_tool_call_sampled_slowly_keeps_the_stream_alive_with_pings(chat: ChatFormat, tmp_path: Path) -> None:
+    """A tool call is held back until it is whole; meanwhile the stream sends Anthropic's ping events
+    (Claude Code drops a stream that says nothing for a while, and the sampled call was lost with it)."""
+    engine = ScriptedEngine([CALL_TEXT, CALL_TEXT], chat.tokenizer, default="ok", token_delay_s=0.05)
+    async with proxy_client(chat, engine, tmp_path / "p.db", stream_keepalive_s=0.2) as (client, app):
+        s = await new_session(client)
+        body = {"model": "m", "max_tokens": 64, "tools": TOOLS, "stream": True,
+                "messages": [{"role": "user", "content": "What is here?"}]}  # fmt: skip
+        r = await client.post(f"/s/{s['id']}/v1/messages", json=body, headers={"x-api-key": s["secret"]})
+        kinds = [line[len("event: ") :] for line in r.text.splitlines() if line.startswith("event: ")]
+        # ~20 tokens of the call at 0.05 s each, nothing to send for them but pings
+        assert kinds.count("ping") >= 3 and kinds[-1] == "message_stop"
+        assert kinds.index("content_block_delta") < kinds.index("ping") < kinds.index("content_block_stop")  # after "Checking."
+        sdk = anthropic.AsyncAnthropic(
+            base_url=s["anthropic_base_url"], api_key=s["secret"], http_client=sdk_http_client(app)
+        )
+        async with sdk.messages.stream(model="m", max_tokens=64, tools=TOOLS, messages=body["messages"]) as stream:  # type: ignore[arg-type]
+            final = await stream.get_final_message()
+        assert final.stop_reason == "tool_use" and final.content[1].input == {"cmd": "ls"}  # type: ignore[union-attr]
+
+
+class _Cached(ScriptedEngine):
+    """Says that all but the last 3 prompt tokens came from its prefix cache."""
+
+    async def generate(self, prompt_ids: list[int], params: Any, session_id: str | None = None) -> Any:
+        done = await super().generate(prompt_ids, params, session_id=session_id)
+        return dataclasses.replace(done, cached_tokens=len(prompt_ids) - 3)
+
+
+async def test_cache_reads_are_not_counted_again_in_input_tokens(chat: ChatFormat, tmp_path: Path) -> None:
+    """Anthropic's input_tokens leave out cache reads (clients add the two up to size their context),
+    streamed or not."""
+    async with proxy_client(chat, _Cached([], chat.tokenizer, default="ok"), tmp_path / "p.db") as (client, app):
+        s = await new_session(client)
+        sdk = anthropic.AsyncAnthropic(
+            base_url=s["anthropic_base_url"], api_key=s["secret"], http_client=sdk_http_client(app)
+        )
+        messages = [{"role": "user", "content": "hi"}]
+        plain = await sdk.messages.create(model="m", max_tokens=8, messages=messages)  # type: ignore[arg-type]
+        async with sdk.messages.stream(model="m", max_tokens=8, messages=messages) as stream:  # type: ignore[arg-type]
+            streamed = await stream.get_final_message()
+        prompt = len((await record(client, s["id"]))["calls"][0]["prompt_ids"])
+        for usage in (plain.usage, streamed.usage):
+            assert (usage.input_tokens, usage.cache_read_input_tokens, usage.cache_creation_input_tokens) == (
+                3, prompt - 3, 0,
+            )  # fmt: skip
+            assert usage.output_tokens == plain.usage.output_tokens

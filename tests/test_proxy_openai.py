@@ -12,6 +12,7 @@ import openai
 import pytest
 
 from coderl.chat import ChatFormat
+from coderl.engine.scripted import ScriptedEngine
 from coderl.proxy.live import LiveText
 from tests.proxy_fakes import new_session, proxy_client, record, scripted, sdk_http_client
 
@@ -229,6 +230,27 @@ async def test_streaming_through_the_openai_sdk(chat: ChatFormat, tmp_path: Path
         assert plain.usage.completion_tokens == 4
         models = await sdk.models.list()
         assert [m.id for m in models.data] == ["test-model"]
+
+
+async def test_keep_alives_while_a_tool_call_is_held_back_are_skipped_by_the_sdk(
+    chat: ChatFormat, tmp_path: Path
+) -> None:
+    """A slow engine sampling a tool call sends nothing to stream until the call is whole; keep-alive
+    comments fill the silence, and the openai SDK reads the chat and Responses streams past them."""
+    slow = "Let me look. " + CALL_TEXT
+    engine = ScriptedEngine([slow] * 3, chat.tokenizer, default="ok", token_delay_s=0.05)
+    async with proxy_client(chat, engine, tmp_path / "p.db", stream_keepalive_s=0.2) as (client, app):
+        s = await new_session(client)
+        body = {"model": "m", "messages": [{"role": "user", "content": "go"}], "tools": TOOLS, "stream": True}
+        raw = (await client.post(f"/s/{s['id']}/v1/chat/completions", json=body, headers=auth(s))).text
+        assert raw.count(": keep-alive\n\n") >= 3
+        sdk = openai.AsyncOpenAI(base_url=s["openai_base_url"], api_key=s["secret"], http_client=sdk_http_client(app))
+        chunks = [c async for c in await sdk.chat.completions.create(**{**body, "stream": True})]
+        calls = [tc for c in chunks if c.choices for tc in c.choices[0].delta.tool_calls or []]
+        assert calls[0].function.name == "bash" and chunks[-1].choices[0].finish_reason == "tool_calls"
+        flat = [{"type": "function", **t["function"]} for t in TOOLS]
+        events = [e async for e in await sdk.responses.create(model="m", input="go", tools=flat, stream=True)]  # type: ignore[arg-type]
+        assert events[-1].type == "response.completed" and events[-1].response.output[1].type == "function_call"
 
 
 async def test_stop_strings_cut_the_completion_and_its_ids(chat: ChatFormat, tmp_path: Path) -> None:

@@ -67,8 +67,11 @@ class ScriptedEngine(Engine):
         name: str = "scripted",
         version: int = 0,
         end_token: str = "<|im_end|>",
+        token_delay_s: float = 0.0,
     ) -> None:
         self.name = name
+        self.token_delay_s = token_delay_s
+        """generate_streaming's pause before each id after the first (a slow engine's stream)."""
         self.replies = list(replies)
         self.tokenizer = tokenizer
         self.latency_s = latency_s
@@ -169,9 +172,10 @@ class ScriptedEngine(Engine):
         """:meth:`generate`, then its ids handed over one at a time, yielding to the event loop between
         them, as an engine sampling them would."""
         completion = await self.generate(prompt_ids, params, session_id=session_id)
-        for tok, lp in zip(completion.token_ids, completion.logprobs, strict=True):
+        for i, (tok, lp) in enumerate(zip(completion.token_ids, completion.logprobs, strict=True)):
+            await asyncio.sleep(self.token_delay_s if i else 0)
             on_tokens([tok], [lp])
-            await asyncio.sleep(0)
+        await asyncio.sleep(0)
         return completion
 
     # ------------------------------------------------------------------ for tests

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from coderl.engine.params import SamplingParams
 from coderl.errors import ChatError
 from coderl.proxy.errors import ApiError, error_body
+from coderl.proxy.live import StreamShape
 from coderl.proxy.openai_api import SEED_MOD, call_headers, streamed
 from coderl.proxy.render import Message, message_text
 from coderl.proxy.service import CallRequest, ProxyService, request_key
@@ -176,16 +177,24 @@ def message_body(row: CallRow) -> dict[str, Any]:
         "content": content_blocks(row),
         "stop_reason": stop_reason(row),
         "stop_sequence": r.get("stop_sequence"),
-        "usage": {
-            "input_tokens": r["prompt_tokens"],
-            "output_tokens": r["completion_tokens"],
-            "cache_read_input_tokens": r.get("cached_tokens", 0),
-            "cache_creation_input_tokens": 0,
-        },
+        "usage": usage(row),
     }
 
 
-class MessageStream:
+def usage(row: CallRow) -> dict[str, int]:
+    """Anthropic's usage: ``input_tokens`` are the prompt's tokens *not* read from the cache (the
+    engine's prefix cache), so input + cache reads + cache writes is the prompt, as clients add it up."""
+    r = row.result
+    cached = int(r.get("cached_tokens", 0))
+    return {
+        "input_tokens": r["prompt_tokens"] - cached,
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": cached,
+        "output_tokens": r["completion_tokens"],
+    }
+
+
+class MessageStream(StreamShape):
     """Messages events: message_start, the text block's deltas as they come, then (from the record) the
     rest of the text, tool_use blocks, message_delta and message_stop."""
 
@@ -251,13 +260,16 @@ class MessageStream:
             )
             out.append(sse({"type": "content_block_stop", "index": index}, "content_block_stop"))
         delta = {"stop_reason": body["stop_reason"], "stop_sequence": body["stop_sequence"]}
-        usage = {"output_tokens": body["usage"]["output_tokens"]}
-        out.append(sse({"type": "message_delta", "delta": delta, "usage": usage}, "message_delta"))
+        # cumulative totals (they overwrite message_start's, whose cache reads were not known yet)
+        out.append(sse({"type": "message_delta", "delta": delta, "usage": body["usage"]}, "message_delta"))
         out.append(sse({"type": "message_stop"}, "message_stop"))
         return out
 
     def error(self, status: int, message: str) -> bytes:
         return sse(error_body("anthropic", status, message), "error")
+
+    def keepalive(self) -> bytes:
+        return sse({"type": "ping"}, "ping")
 
     def replay(self, row: CallRow) -> list[bytes]:
         return [*self.opening(row.result["prompt_tokens"]), *self.closing(row, row.result["content"])]

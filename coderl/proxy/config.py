@@ -28,6 +28,10 @@ class ProxyConfig(Section):
     """Seconds a session may stay idle before it expires (agents then get 404; the record stays readable)."""
     max_body_mb: float = Field(16.0, gt=0)
     """Largest request body accepted, in MiB (bigger ones get 413)."""
+    stream_keepalive_s: float | None = Field(5.0, gt=0)
+    """A streamed reply that has sent nothing for this long sends a keep-alive (Anthropic's ``ping``
+    event, an SSE comment elsewhere): a tool call is held back until it is whole, and agents drop a
+    silent stream (Claude Code's idle watchdog). null = never."""
     public_url: str | None = None
     """Base URL handed out to agents; empty = http://<host>:<port>."""
     default_max_tokens: int = Field(1024, ge=1)

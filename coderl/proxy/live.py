@@ -119,6 +119,11 @@ class StreamShape(Protocol):
 
     def replay(self, row: CallRow) -> list[bytes]: ...
 
+    def keepalive(self) -> bytes:
+        """Sent when nothing else was for a while (a tool call being sampled is held back whole): an
+        SSE comment, which every client's parser skips; Anthropic's stream has its ``ping`` event."""
+        return b": keep-alive\n\n"
+
 
 async def live_response(
     call: Awaitable[tuple[CallRow, bool]],
@@ -126,10 +131,13 @@ async def live_response(
     text: LiveText,
     shape: StreamShape,
     replay: Callable[[CallRow, bool], Response],
+    keepalive_s: float | None = None,
 ) -> Response:
     """The HTTP answer of a streamed call. It waits for the first sampled ids (or the end), so a call
     that fails before generating gets a plain HTTP error; a call answered from the record (a retry)
-    is replayed whole by ``replay``; otherwise the events follow the engine token by token."""
+    is replayed whole by ``replay``; otherwise the events follow the engine token by token, with
+    ``shape.keepalive()`` after every ``keepalive_s`` without one (agents drop a stream that says
+    nothing for a while: Claude Code's idle watchdog)."""
     task = asyncio.ensure_future(call)
     waiting = asyncio.ensure_future(live.queue.get())
     try:
@@ -147,15 +155,22 @@ async def live_response(
         try:
             for event in shape.opening(live.prompt_tokens):
                 yield event
+            clock = asyncio.get_running_loop().time
+            sent = clock()  # when the client last got something
             pending: asyncio.Future[list[int]] | None = waiting
             while pending is not None:
+                if keepalive_s is not None and clock() - sent >= keepalive_s:
+                    yield shape.keepalive()  # ids came, but none made text that is safe to send yet
+                    sent = clock()
+                left = None if keepalive_s is None else max(0.0, keepalive_s - (clock() - sent))
                 both: list[asyncio.Future[Any]] = [task, pending]
-                done, _ = await asyncio.wait(both, return_when=asyncio.FIRST_COMPLETED)
+                done, _ = await asyncio.wait(both, timeout=left, return_when=asyncio.FIRST_COMPLETED)
                 if pending in done:
                     delta = text.feed(pending.result())
                     if delta:
                         for event in shape.delta(delta):
                             yield event
+                        sent = clock()
                     pending = asyncio.ensure_future(live.queue.get())
                 elif task.done():
                     pending.cancel()

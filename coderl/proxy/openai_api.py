@@ -177,7 +177,7 @@ def chat_body(row: CallRow, chat: ChatFormat, logprobs: bool) -> dict[str, Any]:
     }
 
 
-class ChatStream:
+class ChatStream(StreamShape):
     """Chat Completions chunks: the opening role chunk, content deltas, then (from the record) the
     rest of the content with the logprobs, tool-call deltas, the finish chunk, usage and [DONE]."""
 
@@ -263,7 +263,7 @@ def completion_body(row: CallRow, chat: ChatFormat, logprobs: bool) -> dict[str,
     }
 
 
-class CompletionStream:
+class CompletionStream(StreamShape):
     """Completions chunks: text deltas, then (from the record) the rest, the final choice, usage, [DONE]."""
 
     def __init__(
@@ -314,7 +314,9 @@ async def streamed(
     def replay(row: CallRow, replayed: bool) -> Response:
         return sse_response(shape.replay(row), call_headers(row, replayed))
 
-    return await live_response(service.answer(request, session, req), req.live, text, shape, replay)
+    return await live_response(
+        service.answer(request, session, req), req.live, text, shape, replay, service.cfg.stream_keepalive_s
+    )
 
 
 def openai_router(service: ProxyService) -> APIRouter:

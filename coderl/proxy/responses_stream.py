@@ -20,13 +20,14 @@ from collections.abc import Callable
 from typing import Any
 
 from coderl.proxy.errors import error_body
+from coderl.proxy.live import StreamShape
 from coderl.proxy.sse import sse, text_pieces
 from coderl.proxy.store import CallRow
 
 Finish = Callable[[CallRow], dict[str, Any]]
 
 
-class ResponseStream:
+class ResponseStream(StreamShape):
     """A :class:`coderl.proxy.live.StreamShape` for ``POST /v1/responses``. ``head`` is the response as
     created (status ``in_progress``); ``finish`` gives the final response object of the recorded call."""
 

@@ -26,8 +26,10 @@ def prompt_too_long_message(
     exc: PromptTooLongError, chat: ChatFormat, messages: list[Message] | None, tools: list[dict[str, Any]] | None
 ) -> str:
     """Where the prompt's tokens go and what would make it fit."""
-    parts = [f"the prompt is {exc.prompt_tokens} tokens, which leaves no room to generate within the "
-             f"engine's context of {exc.max_model_len} tokens"]  # fmt: skip
+    # Anthropic's own wording first: Claude Code reads "prompt is too long: N tokens > M" to say so
+    # and to compact the conversation (otherwise it retries the same request)
+    parts = [f"prompt is too long: {exc.prompt_tokens} tokens > {exc.max_model_len - 1} maximum (the engine's "
+             f"context is {exc.max_model_len} tokens and the reply needs at least one)"]  # fmt: skip
     if tools:
         sizes = sorted(((_tool_name(t), len(chat.encode(json.dumps(t)))) for t in tools), key=lambda x: -x[1])
         largest = ", ".join(f"{name} {n}" for name, n in sizes[:5])
