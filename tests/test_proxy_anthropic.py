@@ -318,3 +318,34 @@ async def test_cache_reads_are_not_counted_again_in_input_tokens(chat: ChatForma
                 3, prompt - 3, 0,
             )  # fmt: skip
             assert usage.output_tokens == plain.usage.output_tokens
+
+
+async def test_an_image_reads_as_a_placeholder_instead_of_ending_the_run(chat: ChatFormat, tmp_path: Path) -> None:
+    """Claude Code's Read of a PNG sends the image inside its tool_result; the text-only model reads a
+    placeholder, and the conversation goes on (a 400 would end the run: the image stays in the history)."""
+    png = {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}
+    engine = scripted(chat.tokenizer, ['<tool_call>\n{"name": "bash", "arguments": {"cmd": "cat a.png"}}\n</tool_call>'])
+    async with proxy_client(chat, engine, tmp_path / "p.db") as (client, app):
+        s = await new_session(client)
+        sdk = anthropic.AsyncAnthropic(
+            base_url=s["anthropic_base_url"], api_key=s["secret"], http_client=sdk_http_client(app)
+        )
+        first = await sdk.messages.create(
+            model="m", max_tokens=64, tools=TOOLS, messages=[{"role": "user", "content": "look"}]  # type: ignore[arg-type]
+        )
+        call = first.content[0]
+        assert call.type == "tool_use"
+        result = {"type": "tool_result", "tool_use_id": call.id, "content": [
+            {"type": "text", "text": "a.png:"}, {"type": "image", "source": png}]}  # fmt: skip
+        messages: Any = [
+            {"role": "user", "content": "look"},
+            {"role": "assistant", "content": [call.model_dump()]},
+            {"role": "user", "content": [result, {"type": "document", "source": {"type": "text", "data": "d"}}]},
+        ]
+        second = await sdk.messages.create(model="m", max_tokens=8, tools=TOOLS, messages=messages)  # type: ignore[arg-type]
+        assert second.stop_reason == "end_turn"
+        prompt = chat.tokenizer.decode(engine.prompts[1])
+        assert "a.png:[image omitted: this model reads text only]" in prompt
+        assert "[document omitted: this model reads text only]" in prompt
+        rec = await record(client, s["id"])
+        assert rec["stats"]["trajectories"] == 1  # the second turn extends the first one's ids

@@ -268,9 +268,9 @@ BAD = [
     ({"input": "x", "tools": [{"type": "function", "parameters": {}}]}, "tools[0].name", "non-empty string"),
     ({"input": [{"role": "bogus", "content": "x"}]}, "input[0].role", "user, assistant, system, developer"),
     (
-        {"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "u"}]}]},
+        {"input": [{"role": "user", "content": [{"type": "input_hologram", "data": "u"}]}]},
         "input[0].content[0]",
-        "'input_image'",
+        "'input_hologram'",
     ),
     ({"input": [{"type": "reasoning", "id": "rs_1", "summary": []}]}, "input[0].type", "reasoning item"),
     ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "input[0].type", "previous_response_id"),
@@ -653,6 +653,18 @@ async def test_an_engine_lost_mid_stream_fails_the_response_for_the_sdk_and_code
         with pytest.raises(openai.APIError, match="replica lost"):
             async for _ in stream:
                 pass
+
+
+async def test_image_and_file_parts_read_as_placeholders(chat: ChatFormat, tmp_path: Path) -> None:
+    engine = scripted(chat.tokenizer, ["I cannot see it."])
+    async with proxy_client(chat, engine, tmp_path / "p.db") as (client, _):
+        s = await new_session(client)
+        content = [{"type": "input_text", "text": "what is in "}, {"type": "input_image", "image_url": "data:x"},
+                   {"type": "input_file", "file_id": "f1"}]  # fmt: skip
+        r = await client.post(url(s), json={"input": [{"role": "user", "content": content}]}, headers=auth(s))
+        assert r.status_code == 200, r.text
+        prompt = chat.tokenizer.decode(engine.prompts[0])
+        assert "what is in [input_image omitted: this model reads text only][input_file omitted: this model" in prompt
 
 
 async def test_logprobs_when_included(chat: ChatFormat, tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ from coderl.errors import ChatError
 from coderl.proxy.errors import ApiError, error_body
 from coderl.proxy.live import StreamShape
 from coderl.proxy.openai_api import SEED_MOD, call_headers, streamed
-from coderl.proxy.render import Message, message_text
+from coderl.proxy.render import MEDIA_PARTS, Message, media_placeholder, message_text
 from coderl.proxy.service import CallRequest, ProxyService, request_key
 from coderl.proxy.sse import sse, text_pieces
 from coderl.proxy.store import CallRow
@@ -111,6 +111,8 @@ def to_openai_messages(body: MessagesRequest) -> list[Message]:
                 out.append({"role": "tool", "tool_call_id": block.tool_use_id or "", "content": result})
             elif block.type in ("thinking", "redacted_thinking"):
                 continue
+            elif block.type in MEDIA_PARTS and msg.role == "user":
+                texts.append(media_placeholder(block.type))
             else:
                 raise ChatError(f"unsupported content block {block.type!r} in a {msg.role} message")
         if msg.role == "assistant":

@@ -45,8 +45,20 @@ class RenderedPrompt:
     """The earlier call whose sampled ids start this prompt; None = rendered from scratch."""
 
 
+MEDIA_PARTS = frozenset({"image", "image_url", "input_image", "document", "file", "input_file", "input_audio"})
+"""Content part types the served model cannot read; each becomes :func:`media_placeholder` text."""
+
+
+def media_placeholder(kind: str) -> str:
+    """What the model reads in place of an image, document or audio part. Agents attach them on their
+    own (Claude Code's Read of a PNG sends the image in its tool_result): refusing the request would end
+    the agent's run, since the part stays in every later turn's history."""
+    return f"[{kind} omitted: this model reads text only]"
+
+
 def message_text(content: Any) -> str:
-    """Text of a message's content: a string, None, or a list of text parts."""
+    """Text of a message's content: a string, None, or a list of text parts (image, document and audio
+    parts read as :func:`media_placeholder`)."""
     if content is None:
         return ""
     if isinstance(content, str):
@@ -58,6 +70,8 @@ def message_text(content: Any) -> str:
                 parts.append(str(part.get("text", "")))
             elif isinstance(part, str):
                 parts.append(part)
+            elif isinstance(part, dict) and part.get("type") in MEDIA_PARTS:
+                parts.append(media_placeholder(str(part["type"])))
             else:
                 kind = part.get("type") if isinstance(part, dict) else type(part).__name__
                 raise ChatError(f"only text content is supported, got a content part of type {kind!r}")

@@ -16,7 +16,7 @@ tokens' logprobs on the output_text part), and ``seed`` (a coderl extension, as 
 Echoed, not acted on: ``metadata``, ``user``, ``parallel_tool_calls`` (the model may still write several
 calls), ``truncation`` (nothing is ever truncated), ``text`` with format text (and its ``verbosity``),
 ``reasoning``'s effort and summary. Refused with a 400:
-built-in tools, ``reasoning`` / ``item_reference`` / built-in tool items in the input, non-text content,
+built-in tools, ``reasoning`` / ``item_reference`` / built-in tool items in the input, content parts of unknown types,
 ``text.format`` other than text, ``top_logprobs`` above 0, ``background``, ``conversation`` and
 ``prompt``. Other fields (``prompt_cache_key``, ``service_tier``, ``safety_identifier``,
 ``stream_options``, ``max_tool_calls``...) are accepted and ignored, as clients such as the Codex CLI

@@ -22,7 +22,8 @@ model's tool-call format carries it; a call of it comes back as a ``custom_tool_
 Refused with a 400 that names the item: ``reasoning`` items (this proxy's replies never hold any, and a
 summary or encrypted content from elsewhere is no text this model wrote, so rendering it would put words
 in its mouth), ``item_reference`` (send the item itself, or use ``previous_response_id``), calls and
-outputs of built-in tools, and content parts that are not text (images, files, audio).
+outputs of built-in tools, and content parts of an unknown type. Image, file and audio parts read as
+a placeholder (:func:`coderl.proxy.render.media_placeholder`): the model reads text only.
 
 Output: a recorded reply is a ``message`` item with one ``output_text`` part (when the reply has text or
 no tool calls), then one ``function_call`` (or ``custom_tool_call``) item per call. Sent back as input, they convert to the very
@@ -37,7 +38,7 @@ from typing import Any
 from coderl.chat.tools import arguments_dict
 from coderl.errors import ChatError
 from coderl.proxy.errors import ApiError
-from coderl.proxy.render import Message
+from coderl.proxy.render import MEDIA_PARTS, Message, media_placeholder
 from coderl.proxy.store import CallRow
 
 Item = dict[str, Any]
@@ -104,6 +105,9 @@ def _text(content: Any, where: str, kinds: tuple[str, ...]) -> str:
     texts = []
     for j, part in enumerate(content):
         kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+        if kind in MEDIA_PARTS:
+            texts.append(media_placeholder(str(kind)))
+            continue
         if kind not in kinds or not isinstance(part.get("text"), str):
             raise ApiError(
                 400,
