@@ -211,9 +211,9 @@ async def test_bad_input_gets_4xx_in_openai_format(chat: ChatFormat, tmp_path: P
         openai_error(
             await client.post(path, json={"messages": [{"role": "wizard", "content": "x"}]}, headers=h), 400
         )
-        image = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]
-        err = openai_error(await client.post(path, json={"messages": image}, headers=h), 400)
-        assert "text" in err["message"]
+        hologram = [{"role": "user", "content": [{"type": "hologram", "data": "x"}]}]
+        err = openai_error(await client.post(path, json={"messages": hologram}, headers=h), 400)
+        assert "only text content is supported" in err["message"] and "'hologram'" in err["message"]
         bad_args = [
             {"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "{oops"}}]},
             MSG["messages"][0],
@@ -251,7 +251,7 @@ async def test_bad_input_gets_4xx_in_anthropic_format(chat: ChatFormat, tmp_path
         anthropic_error(
             await client.post(path, json={"max_tokens": 5}, headers=h), 400, "invalid_request_error"
         )
-        block = {"role": "user", "content": [{"type": "image", "source": {}}]}
+        block = {"role": "user", "content": [{"type": "hologram", "source": {}}]}
         anthropic_error(
             await client.post(path, json={"messages": [block]}, headers=h), 400, "invalid_request_error"
         )
