@@ -1,4 +1,5 @@
-"""Run directories: runs/<command>-<timestamp>/ with the resolved config.yaml written first."""
+"""Run directories: runs/<command>-<timestamp>/ with the resolved config.yaml written first, and
+``coderl-run.json`` naming the command that made it, so that no command writes into another's run."""
 
 from __future__ import annotations
 
@@ -8,14 +9,60 @@ from pathlib import Path
 from typing import Any
 
 from coderl.config import Config, dump_config
+from coderl.errors import ConfigError
+
+MARK = "coderl-run.json"
+"""A run directory's marker: ``{"command": ...}``."""
 
 
-def create_run_dir(cfg: Config, command: str) -> Path:
-    """Create (or reuse) ``cfg.run.dir`` — default ``runs/<command>-<timestamp>`` — and write config.yaml."""
+def run_kind(path: Path) -> str | None:
+    """The command that made the run directory ``path`` (None: none, or one from before the marker)."""
+    try:
+        return str(json.loads((path / MARK).read_text())["command"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def create_run_dir(cfg: Config, command: str, resume: bool = False) -> Path:
+    """Create ``cfg.run.dir`` — default ``runs/<command>-<timestamp>`` — and write config.yaml. An
+    existing folder is reused only when it holds nothing but a config.yaml (a bench lays one out and
+    runs the command on it) or, with ``resume``, the same command's run; ConfigError otherwise, before
+    anything in it is touched."""
     path = cfg.run.dir or Path("runs") / f"{command}-{time.strftime('%Y%m%d-%H%M%S')}"
-    path.mkdir(parents=True, exist_ok=True)
-    (path / "config.yaml").write_text(dump_config(cfg))
+    _check_reuse(path, command, resume)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        (path / "config.yaml").write_text(dump_config(cfg))
+        (path / MARK).write_text(json.dumps({"command": command}) + "\n")
+    except OSError as exc:
+        raise ConfigError(f"run.dir {str(path)!r}: cannot write the run there ({exc.strerror or exc})") from None
     return path
+
+
+def _check_reuse(path: Path, command: str, resume: bool) -> None:
+    if not path.exists():
+        return
+    if not path.is_dir():
+        raise ConfigError(
+            f"run.dir {str(path)!r} is a file, not a folder; name a new folder (or leave run.dir out: "
+            f"runs/{command}-<time>)"
+        )
+    kind = run_kind(path)
+    if kind is not None and kind != command:
+        raise ConfigError(
+            f"run.dir {str(path)!r} holds a coderl {kind} run; {command} would overwrite its config.yaml "
+            f"and mix its files with that run's: name a new folder (or leave run.dir out)"
+        )
+    if resume:
+        return
+    held = sorted(p.name for p in path.iterdir() if p.name not in ("config.yaml", MARK))
+    if held:
+        again = f", or continue it with `coderl train --resume {path}`" if command == "train" else ""
+        shown = ", ".join(held[:4]) + (", ..." if len(held) > 4 else "")
+        raise ConfigError(
+            f"run.dir {str(path)!r} already holds a run ({shown}); {command} would mix its files with it: "
+            f"name a new folder, leave run.dir out{again}"
+        )
 
 
 def append_jsonl(path: Path, record: dict[str, Any]) -> None:

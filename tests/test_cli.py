@@ -123,3 +123,34 @@ def test_engine_serve_process_answers_vllm_and_sglang_requests() -> None:
     finally:
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=30)
+
+
+def test_outputs_that_would_lose_files_are_refused_before_any_work(tmp_path: Path) -> None:
+    """A config file given where the output goes, a folder of other files as a model's --out, a run
+    directory as --out: each refused (exit 2) with the files untouched."""
+    from coderl.cli.main import main
+
+    config = tmp_path / "my.yaml"
+    config.write_text("tasks:\n  source: bundled\n")
+    assert main(["tasks", "convert", str(config)]) == 2  # CONFIG first, as other commands take it
+    assert config.read_text() == "tasks:\n  source: bundled\n"
+    assert main(["tasks", "convert", str(tmp_path)]) == 2
+    kept = tmp_path / "mine"
+    kept.mkdir()
+    (kept / "notes.txt").write_text("keep me")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text("run: {}\n")
+    for out in (kept, run):
+        assert main(["export", str(run), "--out", str(out)]) == 2
+        assert main(["sft", "--out", str(out), f"run.dir={tmp_path / 'sft'}"]) == 2
+    assert (kept / "notes.txt").read_text() == "keep me" and (run / "config.yaml").is_file()
+    assert not (tmp_path / "sft").exists()  # refused before its run directory was made
+    earlier = tmp_path / "model"
+    earlier.mkdir()
+    for name in ("config.json", "model.safetensors", "tokenizer.json"):
+        (earlier / name).write_text("{}")
+    from coderl.train.export import check_model_out
+
+    check_model_out(earlier)  # an earlier exported model is replaced, as a re-export expects
+    check_model_out(tmp_path / "new")

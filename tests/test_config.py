@@ -103,6 +103,34 @@ def test_run_dir_holds_resolved_config(tmp_path: Path) -> None:
     assert dump_config(cfg) == (run / "config.yaml").read_text()
 
 
+def test_a_run_dir_is_never_another_runs(tmp_path: Path) -> None:
+    """No command writes into another command's run, or over a finished one, or into a file; a folder
+    holding only a config.yaml (a bench lays one out) and a resumed train run are reused."""
+    from coderl.cli.main import main
+
+    def at(path: Path) -> Config:
+        return load_config(overrides=[f"run.dir={path}"], env={})
+
+    train = create_run_dir(at(tmp_path / "t"), "train")
+    (train / "metrics.jsonl").write_text("{}\n")
+    with pytest.raises(ConfigError, match=r"holds a coderl train run; eval would overwrite its config.yaml"):
+        create_run_dir(at(train), "eval")
+    with pytest.raises(ConfigError, match=r"already holds a run \(metrics.jsonl\).*coderl train --resume"):
+        create_run_dir(at(train), "train")
+    assert create_run_dir(at(train), "train", resume=True) == train
+    laid_out = tmp_path / "bench"
+    laid_out.mkdir()
+    (laid_out / "config.yaml").write_text("run: {}\n")
+    assert create_run_dir(at(laid_out), "eval") == laid_out
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(ConfigError, match="is a file, not a folder"):
+        create_run_dir(at(tmp_path / "f"), "eval")
+    with pytest.raises(ConfigError, match="cannot write the run there"):
+        create_run_dir(at(Path("/proc/coderl-no-such/run")), "eval")
+    evaluated = create_run_dir(at(tmp_path / "e"), "eval")
+    assert main(["train", "--resume", str(evaluated)]) == 2  # refused before any model loads
+
+
 def test_every_field_is_documented() -> None:
     from pydantic import BaseModel
 

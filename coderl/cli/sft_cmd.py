@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 def run_sft(ns: argparse.Namespace) -> int:
     from coderl.chat import ChatFormat
     from coderl.tasks.split import train_and_held_out
+    from coderl.train.export import check_model_out
     from coderl.train.ranks import build_actor
     from coderl.train.sft import build_demos, check_demos, read_demonstrated
 
@@ -33,6 +34,8 @@ def run_sft(ns: argparse.Namespace) -> int:
             "cluster.actor: got ray — coderl sft runs its ranks on this machine (actor.ranks); the warm start "
             "on Ray ranks runs inside coderl train (sft.before_rl=true), set cluster.actor=local here"
         )
+    if ns.out:
+        check_model_out(Path(ns.out))  # before the demonstrations and the training, not after
     console = Console(stderr=True)
     run_dir = create_run_dir(cfg, "sft")
     t = cfg.train

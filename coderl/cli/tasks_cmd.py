@@ -13,6 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsed
 from rich.table import Table
 
 from coderl.cli.common import config_from_args
+from coderl.errors import ConfigError
 from coderl.progress import progress_bars
 from coderl.tasks import load_tasks
 
@@ -74,9 +75,14 @@ def run_tasks_validate(ns: argparse.Namespace) -> int:
 def run_tasks_convert(ns: argparse.Namespace) -> int:
     from coderl.tasks.dataset import write_parquet
 
+    out = Path(ns.output)
+    if out.suffix != ".parquet" or out.is_dir():
+        raise ConfigError(
+            f"tasks convert: the output {ns.output!r} is {'a folder' if out.is_dir() else 'not a .parquet file'}; "
+            "give the file to write first: coderl tasks convert OUT.parquet [CONFIG.yaml] [tasks.source=...]"
+        )
     cfg = config_from_args(ns)
     tasks = load_tasks(cfg.tasks.source)
-    out = Path(ns.output)
     if ns.format == "verl":
         from coderl.integrations.verl_bridge import write_verl_parquet
 

@@ -12,7 +12,7 @@ from coderl.config import Config, load_config
 from coderl.config.packaged import default_train_config
 from coderl.errors import ConfigError
 from coderl.hardware import describe_bf16
-from coderl.rundir import create_run_dir
+from coderl.rundir import create_run_dir, run_kind
 
 
 def train_config(config_path: str | None, overrides: list[str], bare: bool = False) -> Config:
@@ -34,10 +34,15 @@ def run_train(ns: argparse.Namespace) -> int:
             raise ConfigError(
                 f"--resume {resume!r}: no config.yaml there; pass the run directory of a train run"
             )
+        if run_kind(run_dir) not in (None, "train"):
+            raise ConfigError(
+                f"--resume {resume!r}: that is a coderl {run_kind(run_dir)} run, not a train run; pass the run "
+                "directory of a train run"
+            )
         config_path = config_path or str(run_dir / "config.yaml")
         overrides.append(f"run.dir={run_dir}")
     cfg = train_config(config_path, overrides, bare=getattr(ns, "bare", False))
-    run_dir = create_run_dir(cfg, "train")
+    run_dir = create_run_dir(cfg, "train", resume=bool(resume))
     console.print(f"run directory: {run_dir}")
     console.print(
         f"compute dtype: engine {cfg.model.dtype}, actor {cfg.actor.dtype} ({describe_bf16(cfg.model.device)})",

@@ -22,6 +22,27 @@ from coderl.rollout.store import read_trajectories
 from coderl.train import checkpoints
 from coderl.train.sft import read_demonstrated
 
+MODEL_FILES = frozenset({"config.json", "model.safetensors"})
+"""What marks a folder as a model folder an export may replace."""
+
+
+def check_model_out(out: Path, flag: str = "--out") -> None:
+    """ConfigError unless ``out`` may receive a model folder: absent, empty, or an earlier model folder
+    (config.json and model.safetensors; it is replaced whole). Anything else (a run directory, a folder
+    of other files) would be deleted by the write, so it is refused before any work starts."""
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise ConfigError(f"{flag} {str(out)!r} is a file; name a new folder for the model")
+    held = sorted(p.name for p in out.iterdir())
+    if not held or (MODEL_FILES <= set(held) and not {"config.yaml", "coderl-run.json"} & set(held)):
+        return
+    shown = ", ".join(held[:5]) + (", ..." if len(held) > 5 else "")
+    raise ConfigError(
+        f"{flag} {str(out)!r} holds other files ({shown}) and writing the model there would delete them: "
+        "name a new or empty folder, or an earlier exported model to replace"
+    )
+
 
 def exported_model(run_dir: Path, step: int | None = None, out: Path | None = None) -> tuple[Path, int]:
     """Write step ``step``'s weights (default: the newest checkpoint) of the train run in ``run_dir`` to
@@ -29,6 +50,8 @@ def exported_model(run_dir: Path, step: int | None = None, out: Path | None = No
     from coderl.train.loop import build_policy
     from coderl.train.sync import export_checkpoint
 
+    if out is not None:
+        check_model_out(out)
     cfg = _run_config(run_dir)
     folder, step = _checkpoint(run_dir, step)
     base = _base_weights(cfg, run_dir)
