@@ -154,3 +154,36 @@ def test_outputs_that_would_lose_files_are_refused_before_any_work(tmp_path: Pat
 
     check_model_out(earlier)  # an earlier exported model is replaced, as a re-export expects
     check_model_out(tmp_path / "new")
+
+
+@pytest.mark.parametrize(
+    "argv, said",
+    [
+        (["bench", "rl", "--seeds", "a,b"], "argument --seeds: 'a,b' is not a comma-separated list of integers"),
+        (["bench", "learn", "--seeds", ""], "argument --seeds: give at least one"),
+        (["bench", "rl", "--temperatures", "hot"], "argument --temperatures: 'hot' is not a comma-separated list"),
+        (["bench", "synth", "--n", "0"], "argument --n: '0': must be an integer of at least 1"),
+        (["bench", "scale", "--latency", "-1"], "argument --latency: '-1': must be a number of at least 0"),
+        (["bench", "shard", "--ranks", "1"], "argument --ranks: '1': must be an integer of at least 2"),
+        (["tasks", "synth", "repo", "out", "--n", "-3"], "argument --n: '-3': must be an integer of at least 1"),
+        (["tasks", "synth", "repo", "out", "--timeout", "0"], "argument --timeout: '0': must be a number of at least 1"),
+        (["view", "runs", "--port", "99999"], "argument --port: '99999': a port is 0 (any free one) to 65535"),
+        (["demo", "--requests", "0"], "argument --requests: '0': must be an integer of at least 1"),
+        (["tasks", "list", "tasks.source=pypi:"], "'pypi:' is not a PyPI project"),
+        (["eval", "sandbox.backend=remote"], "sandbox.backend=remote needs sandbox.remote_url and sandbox.remote_token"),
+        (["train", "sft.data=[nope]"], "sft.data: got 'nope'; each source is gold:TASK_SOURCE"),
+        (["bench", "sandbox", "--quick", "--write", "no-such-folder/B.md"], "--write no-such-folder/B.md: its folder"),
+    ],
+)
+def test_bad_flags_and_values_are_refused_by_name_before_any_work(
+    argv: list[str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from coderl.cli.main import main
+
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # argparse's usage error
+        code = int(exc.code or 0)
+    err = capsys.readouterr().err
+    assert code == 2 and said in err, err
+    assert "Traceback" not in err

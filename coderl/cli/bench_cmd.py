@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from coderl.cli.argtypes import at_least, number_list
+
 if TYPE_CHECKING:  # the parser is built for --help: nothing heavy is imported until a bench runs
     from rich.console import Console
 
@@ -110,20 +112,20 @@ def _train(cfg: Config, ns: argparse.Namespace, console: Console) -> dict[str, A
 def _learn(cfg: Config, ns: argparse.Namespace, console: Console) -> dict[str, Any]:
     from coderl.bench.learn import bench_learn
 
-    seeds = [int(x) for x in ns.seeds.split(",") if x.strip()]
+    seeds: list[int] = ns.seeds
     return bench_learn(cfg, seeds=seeds[:1] if ns.quick else seeds, console=console, jobs=ns.jobs)
 
 
 def _rl(cfg: Config, ns: argparse.Namespace, console: Console) -> dict[str, Any]:
     from coderl.bench.rl import bench_rl
 
-    seeds = [int(x) for x in ns.seeds.split(",") if x.strip()]
-    temperatures = [float(x) for x in ns.temperatures.split(",") if x.strip()]
+    seeds: list[int] = ns.seeds
+    temperatures: list[float] = ns.temperatures
     return bench_rl(
         cfg, seeds=seeds[:1] if ns.quick else seeds, console=console, jobs=ns.jobs, temperatures=temperatures,
         sweep_tasks=2 if ns.quick else ns.sweep_tasks, warm_from=Path(ns.warm) if ns.warm else None,
         control=not ns.no_control,
-        control_seeds=[int(x) for x in ns.control_seeds.split(",") if x.strip()] if ns.control_seeds else None,
+        control_seeds=ns.control_seeds or None,
         trained_tasks=ns.trained_tasks,
     )  # fmt: skip
 
@@ -185,7 +187,7 @@ BENCHES: dict[str, Bench] = {
         "speculate",
         _speculate,
         [
-            ("--speculate", {"type": int, "default": 4, "help": "draft length compared with 0 (default 4)"}),
+            ("--speculate", {"type": at_least(1), "default": 4, "help": "draft length compared with 0 (default 4)"}),
             ("--trajectories", {"default": "", "metavar": "FILE", "help": "replay the model turns of a run's trajectories.jsonl (with model.path the model that wrote them) instead of asking the model to copy bundled functions"}),
         ],
         train_defaults=True,
@@ -205,7 +207,7 @@ BENCHES: dict[str, Bench] = {
         "processes), per OpenMP wait policy",
         "load",
         _load,
-        [("--hogs", {"type": int, "default": None,
+        [("--hogs", {"type": at_least(0), "default": None,
                      "help": "hog processes beside the engine (default: one per core)"})],
         train_defaults=True,
     ),
@@ -238,7 +240,7 @@ BENCHES: dict[str, Bench] = {
         _synth,
         [
             ("--libraries", {"default": ",".join(SYNTH_LIBRARIES), "help": "comma-separated NAME==VERSION of PyPI projects (default: the pinned list in coderl/bench/synth.py); --quick runs the first with --n 3"}),
-            ("--n", {"type": int, "default": 30, "help": "tasks wanted per library (default 30)"}),
+            ("--n", {"type": at_least(1), "default": 30, "help": "tasks wanted per library (default 30)"}),
         ],
     ),
     "rollout": Bench(
@@ -248,7 +250,7 @@ BENCHES: dict[str, Bench] = {
         [
             (
                 "--latency",
-                {"type": float, "default": 2.0, "help": "scripted engine seconds per call (default 2.0)"},
+                {"type": at_least(0, float), "default": 2.0, "help": "scripted engine seconds per call (default 2.0)"},
             ),
             (
                 "--no-model-eval",
@@ -270,12 +272,12 @@ BENCHES: dict[str, Bench] = {
         [
             (
                 "--seeds",
-                {"default": "0,1,2", "help": "comma-separated seeds (default 0,1,2); --quick runs the first"},
+                {"type": number_list(), "default": "0,1,2", "help": "comma-separated seeds (default 0,1,2); --quick runs the first"},
             ),
             (
                 "--jobs",
                 {
-                    "type": int,
+                    "type": at_least(1),
                     "default": 1,
                     "help": "runs at once, each a coderl train process with its share of the cores (default 1; the main job peaks at about 3.5 GB)",
                 },
@@ -295,20 +297,20 @@ BENCHES: dict[str, Bench] = {
         [
             (
                 "--seeds",
-                {"default": "0,1,2", "help": "comma-separated seeds (default 0,1,2); --quick runs the first"},
+                {"type": number_list(), "default": "0,1,2", "help": "comma-separated seeds (default 0,1,2); --quick runs the first"},
             ),
             (
                 "--jobs",
-                {"type": int, "default": 1, "help": "runs at once, each a coderl train process with its share of the cores (default 1)"},
+                {"type": at_least(1), "default": 1, "help": "runs at once, each a coderl train process with its share of the cores (default 1)"},
             ),
             (
                 "--temperatures",
-                {"default": "", "help": "comma-separated rollout temperatures: measure how many groups can teach at each (the warm start's policy on training tasks) instead of the seeds"},
+                {"type": number_list(float, allow_empty=True), "default": "", "help": "comma-separated rollout temperatures: measure how many groups can teach at each (the warm start's policy on training tasks) instead of the seeds"},
             ),
-            ("--sweep-tasks", {"type": int, "default": 16, "help": "training tasks per temperature of --temperatures (default 16)"}),
+            ("--sweep-tasks", {"type": at_least(1), "default": 16, "help": "training tasks per temperature of --temperatures (default 16)"}),
             ("--warm", {"default": "", "metavar": "DIR", "help": "a warm-started model folder to start from (a main job's RUN/warm, or coderl sft --out) instead of making one"}),
             ("--no-control", {"action": "store_true", "help": "leave out the control runs (learning rate 0): for comparing RL settings on a dev split (train.dev_size); refused with --write"}),
-            ("--control-seeds", {"default": "", "metavar": "SEEDS", "help": "comma-separated seeds (some of --seeds) to run the control on (default: every seed); a control costs a run"}),
+            ("--control-seeds", {"type": number_list(allow_empty=True), "default": "", "metavar": "SEEDS", "help": "comma-separated seeds (some of --seeds) to run the control on (default: every seed); a control costs a run"}),
             ("--trained-tasks", {"action": "store_true", "help": "also roll out the tasks each RL run trained on (train.group_size samples at the rollout temperature) under the warm start and under the run's final weights: did RL get better at what it trained on (an optimisation check, not held out)"}),
         ],
         train_defaults=True,
@@ -320,7 +322,7 @@ BENCHES: dict[str, Bench] = {
         "the sharded actor (FSDP2, actor.ranks) vs one process: same update, time per step",
         "shard",
         _shard,
-        [("--ranks", {"type": int, "default": 2, "help": "ranks to compare with one process (default 2)"})],
+        [("--ranks", {"type": at_least(2), "default": 2, "help": "ranks to compare with one process (default 2)"})],
     ),
     "scale": Bench(
         "sync vs async training steps/s (max_staleness 1 and 2): scripted engine, real sandboxes and actor",
@@ -330,7 +332,7 @@ BENCHES: dict[str, Bench] = {
             (
                 "--latency",
                 {
-                    "type": float,
+                    "type": at_least(0, float),
                     "default": None,
                     "help": "scripted engine seconds per call (default 12.0: rollouts about as long as the update on a 2-core CPU; 0.5 with --quick)",
                 },
@@ -366,7 +368,7 @@ BENCHES: dict[str, Bench] = {
                 "--agents",
                 {"default": "mini_swe_agent,codex,claude_code,aider,opencode", "help": "comma-separated agents, each with a packaged coderl/configs/remote_<agent>.yaml (default all five); a recipe's remote_setup installs its pinned program where it is missing"},
             ),
-            ("--tasks", {"type": int, "default": 4, "help": "rollouts per agent, one per bundled warmup task (default 4)"}),
+            ("--tasks", {"type": at_least(1), "default": 4, "help": "rollouts per agent, one per bundled warmup task (default 4)"}),
         ],
     ),
     "proxy": Bench(
@@ -376,11 +378,11 @@ BENCHES: dict[str, Bench] = {
         [
             (
                 "--latency",
-                {"type": float, "default": 1.0, "help": "scripted engine seconds per call for throughput"},
+                {"type": at_least(0, float), "default": 1.0, "help": "scripted engine seconds per call for throughput"},
             ),
             (
                 "--calls",
-                {"type": int, "default": 4, "help": "calls per session in the throughput runs (default 4)"},
+                {"type": at_least(1), "default": 4, "help": "calls per session in the throughput runs (default 4)"},
             ),
             ("--no-litellm", {"action": "store_true", "help": "skip the LiteLLM reference"}),
         ],
@@ -414,6 +416,8 @@ def run_bench(ns: argparse.Namespace) -> int:
     from coderl.errors import ConfigError
 
     bench = BENCHES[ns.bench_name]
+    if ns.write and not Path(ns.write).resolve().parent.is_dir():
+        raise ConfigError(f"--write {ns.write}: its folder does not exist; name a file in an existing folder")
     defaults = default_train_config() if bench.train_defaults else None
     cfg = load_config(ns.config_path, [*bench.overrides(ns), *ns.config_overrides], defaults=defaults)
     if ns.write and getattr(ns, "no_control", False):

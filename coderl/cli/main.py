@@ -8,6 +8,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from coderl import __version__, allocator
+from coderl.cli.argtypes import at_least, port_number
 from coderl.errors import CoderlError
 from coderl.memory import bound_heap
 
@@ -125,13 +126,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("view", help="browse a run's trajectories, turns, patches and tokens in the browser")
     p.add_argument("run_dir", help="a run directory, or a folder of them (e.g. runs/)")
     p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8765)
+    p.add_argument("--port", type=port_number, default=8765)
     p.set_defaults(func=_lazy("coderl.cli.view_cmd", "run_view"))
 
     p = sub.add_parser("demo", help="generate with the embedded default engine: a quick end-to-end check")
     _config_args(p)
-    p.add_argument("--requests", type=int, default=8, help="concurrent chat requests (default 8)")
-    p.add_argument("--max-tokens", type=int, default=96, help="tokens per completion (default 96)")
+    p.add_argument("--requests", type=at_least(1), default=8, help="concurrent chat requests (default 8)")
+    p.add_argument("--max-tokens", type=at_least(1), default=96, help="tokens per completion (default 96)")
     p.set_defaults(func=_lazy("coderl.cli.demo", "run_demo"))
 
     engine = sub.add_parser("engine", help="inference engine servers").add_subparsers(
@@ -228,14 +229,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("out", help="the suite folder to write (created; a bundled-style suite)")
     _config_args(p)
-    p.add_argument("--n", type=int, default=50, help="tasks wanted (default 50)")
+    p.add_argument("--n", type=at_least(1), default=50, help="tasks wanted (default 50)")
     p.add_argument("--seed", type=int, default=0, help="seed of the mutation order (default 0)")
     p.add_argument("--tier", default="synth", help="tier of the tasks (default synth)")
     p.add_argument("--name", help="repository name in OUT_DIR/repos (default: REPO's folder name)")
-    p.add_argument("--concurrency", type=int, default=2, help="sandboxes running mutants at once (default 2)")
-    p.add_argument("--max-tries", type=int, help="most mutants to run (default: until --n are kept)")
+    p.add_argument("--concurrency", type=at_least(1), default=2, help="sandboxes running mutants at once (default 2)")
+    p.add_argument("--max-tries", type=at_least(1), help="most mutants to run (default: until --n are kept)")
     p.add_argument(
-        "--timeout", type=float, default=60.0,
+        "--timeout", type=at_least(1, float), default=60.0,
         help="seconds one test-suite run may take (default 60; the pristine suite must finish within it)",
     )  # fmt: skip
     p.add_argument(

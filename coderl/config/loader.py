@@ -97,9 +97,12 @@ def _split_override(item: str) -> tuple[str, str]:
 
 def _parse_value(raw: str) -> Any:
     try:
-        return load_yaml(raw) if raw.strip() else None
+        value = load_yaml(raw) if raw.strip() else None
     except yaml.YAMLError:
         return raw
+    if isinstance(value, dict) and not raw.lstrip().startswith("{"):
+        return raw  # "pypi:" or "bundled:" is a string cut short, not a mapping (those come as {k: v})
+    return value
 
 
 def _set(data: dict[str, Any], key: str, value: Any, source: str) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from coderl.section import Section
 
@@ -71,3 +71,15 @@ class SandboxSpec(Section):
     """Base URL of a `coderl sandbox serve` host (remote backend)."""
     remote_token: str | None = None
     """Bearer token for the remote host (remote backend)."""
+
+    @model_validator(mode="after")
+    def _remote_needs_its_host(self) -> SandboxSpec:
+        if self.backend == "remote" and not (self.remote_url and self.remote_token):
+            missing = " and ".join(
+                k for k, v in (("sandbox.remote_url", self.remote_url), ("sandbox.remote_token", self.remote_token)) if not v
+            )
+            raise ValueError(
+                f"sandbox.backend=remote needs {missing}: the URL of a `coderl sandbox serve` host and a client "
+                "token it accepts (its server.tokens)"
+            )
+        return self

@@ -299,6 +299,19 @@ class SFTConfig(Section):
     """Demonstration sources: gold:TASKS (demonstrations made from the gold patches of those tasks,
     e.g. gold:bundled:synth) and runs:DIR (the resolved trajectories of finished runs, DIR a run or a
     folder of runs). Held-out tasks (train.val_tasks, or the held-out split) are skipped and counted."""
+
+    @field_validator("data")
+    @classmethod
+    def _source_kinds(cls, sources: list[str]) -> list[str]:
+        for source in sources:
+            kind, _, rest = source.partition(":")
+            if kind not in ("gold", "runs") or not rest:
+                raise ValueError(
+                    f"sft.data: got {source!r}; each source is gold:TASK_SOURCE (e.g. gold:bundled:synth) or "
+                    "runs:RUN_DIR (a run directory, or a folder of them)"
+                )
+        return sources
+
     epochs: int = Field(1, ge=1)
     """Passes over the demonstrations."""
     lr: float = Field(1e-5, ge=0.0)

@@ -36,6 +36,7 @@ from coderl.agents import symbols
 from coderl.chat import ChatFormat
 from coderl.chat.tools import hermes_call_text, xml_call_text
 from coderl.engine.scripted import ScriptedEngine
+from coderl.errors import ConfigError
 from coderl.rollout.config import RolloutConfig
 from coderl.rollout.context import ContextFactory
 from coderl.rollout.runner import RolloutSettings, run_rollouts, task_groups
@@ -415,6 +416,8 @@ def rollout_demonstrations(run_dirs: list[Path]) -> list[Trajectory]:
     out: list[Trajectory] = []
     fields = set(Trajectory.__dataclass_fields__) - {"parts"}
     for run in run_dirs:
+        if not run.is_dir():
+            raise ConfigError(f"sft.data: runs:{run} is not a folder; name the run directory of a coderl train or eval run")
         folders = (
             [run]
             if (run / "trajectories").is_dir()

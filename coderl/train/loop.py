@@ -75,6 +75,7 @@ from coderl.train.sft import (
     build_demos,
     check_demos,
     check_gold_kinds,
+    check_sources,
     read_demonstrated,
     sft_steps,
     train_sft,
@@ -543,6 +544,8 @@ def split_tasks(cfg: Config) -> TaskSplit:
     aside), disjoint (module doc of :mod:`coderl.tasks.split`)."""
     t = cfg.train
     check_gold_kinds(cfg.sft.gold_kinds)  # refused now, not after the step-0 validation
+    if cfg.sft.before_rl:
+        check_sources(cfg.sft.data)
     split = train_and_held_out(
         t.tasks, t.val_tasks, t.val_size, t.val_also, t.dev_size, read_demonstrated(cfg.model.path)
     )

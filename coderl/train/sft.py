@@ -20,7 +20,7 @@ import torch
 
 from coderl.chat import ChatFormat
 from coderl.config import Config
-from coderl.errors import ConfigError
+from coderl.errors import CoderlError, ConfigError
 from coderl.tasks import load_tasks
 from coderl.tasks.overlap import without_overlap
 from coderl.tasks.synth.mutate import KINDS
@@ -119,6 +119,20 @@ def check_demos(demos: list[Trajectory], report: dict[str, Any]) -> None:
             "must fit the loop it is played through: its tools (rollout.tools), rollout.max_turns and "
             "rollout.max_tokens per turn"
         )
+
+
+def check_sources(data: list[str]) -> None:
+    """Refuse (at start, before any work) a source that cannot give demonstrations: a runs: folder that
+    is not there, a gold: task source that does not load."""
+    for source in data:
+        kind, _, rest = source.partition(":")
+        if kind == "runs" and not Path(rest).is_dir():
+            raise ConfigError(f"sft.data: {source!r}: {rest!r} is not a folder; name a run directory or a folder of runs")
+        if kind == "gold":
+            try:
+                load_tasks(rest)
+            except CoderlError as exc:
+                raise ConfigError(f"sft.data: {source!r}: {exc}") from None
 
 
 def check_gold_kinds(kinds: list[str]) -> None:

@@ -29,7 +29,9 @@ def synthesized_tasks(
     max_lines]``, from the cache or made now."""
     from coderl.tasks.native import load_native_folder
     from coderl.tasks.snapshot import materialised
+    from coderl.tasks.synth.source import pypi_spec
 
+    pypi_spec(f"pypi:{spec}")  # a bad name is refused before anything says it is being made
     if n < 1:
         raise TaskError(f"pypi:{spec}: n={n}; ask for at least 1 task")
     made_by: list[object] = [RECIPE, spec, n, seed, timeout_s]

@@ -29,14 +29,20 @@ def is_pypi(given: str) -> bool:
     return given.startswith(PYPI)
 
 
-def fetch_pypi(given: str, into: Path, timeout_s: float = 600.0) -> Path:
-    """The unpacked source distribution of ``pypi:NAME[==VERSION]`` under ``into`` (made once: an
-    unpacked folder already there is reused). A project that needs a C build is refused."""
+def pypi_spec(given: str) -> str:
+    """``NAME[==VERSION]`` of ``pypi:NAME[==VERSION]``; TaskError for anything else."""
     spec = given[len(PYPI) :].strip()
     if not _SPEC.match(spec):
         raise TaskError(
             f"{given!r} is not a PyPI project: write pypi:NAME or pypi:NAME==VERSION (for example pypi:toolz==0.12.1)"
         )
+    return spec
+
+
+def fetch_pypi(given: str, into: Path, timeout_s: float = 600.0) -> Path:
+    """The unpacked source distribution of ``pypi:NAME[==VERSION]`` under ``into`` (made once: an
+    unpacked folder already there is reused). A project that needs a C build is refused."""
+    spec = pypi_spec(given)
     into.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".download-", dir=into) as tmp:
         command = [
