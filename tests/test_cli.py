@@ -173,6 +173,8 @@ def test_outputs_that_would_lose_files_are_refused_before_any_work(tmp_path: Pat
         (["eval", "sandbox.backend=remote"], "sandbox.backend=remote needs sandbox.remote_url and sandbox.remote_token"),
         (["train", "sft.data=[nope]"], "sft.data: got 'nope'; each source is gold:TASK_SOURCE"),
         (["bench", "sandbox", "--quick", "--write", "no-such-folder/B.md"], "--write no-such-folder/B.md: its folder"),
+        (["eval", "rollout.agent=nope"], "unknown agent loop 'nope'; registered: single_turn, tool, swe, remote"),
+        (["train", "--bar"], "unrecognized arguments: --bar"),  # not taken for --bare
     ],
 )
 def test_bad_flags_and_values_are_refused_by_name_before_any_work(
@@ -187,3 +189,10 @@ def test_bad_flags_and_values_are_refused_by_name_before_any_work(
     err = capsys.readouterr().err
     assert code == 2 and said in err, err
     assert "Traceback" not in err
+
+
+def test_a_group_of_commands_alone_prints_its_own_help(capsys: pytest.CaptureFixture[str]) -> None:
+    from coderl.cli.main import main
+
+    assert main(["bench"]) == 2 and capsys.readouterr().out.startswith("usage: coderl bench ")
+    assert main(["sandbox", "image"]) == 2 and capsys.readouterr().out.startswith("usage: coderl sandbox image ")

@@ -10,6 +10,7 @@ import json
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
+from coderl.agents.base import get_loop
 from coderl.cli.common import config_from_args
 from coderl.cluster.backend import RolloutBackend
 from coderl.config import Config
@@ -67,6 +68,7 @@ def run_calibrate(ns: argparse.Namespace) -> int:
 async def _run(cfg: Config, command: str, grade: bool) -> list[RolloutResult]:
     console = Console(stderr=True)
     tasks = load_tasks(cfg.tasks.source)
+    get_loop(cfg.rollout.agent)  # an unknown loop is refused before the run directory and the engine
     run_dir = create_run_dir(cfg, command)
     backend = RolloutBackend(cfg, grade=grade)
     store = TrajectoryStore(run_dir)

@@ -185,7 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--format",
         choices=("coderl", "verl"),
         default="coderl",
-        help="coderl: a task dataset coderl reads back (tasks.source=parquet:FILE); verl: verl's RL dataset "
+        help="coderl: a task dataset coderl reads back (tasks.source=dataset:FILE); verl: verl's RL dataset "
         "schema (data_source, prompt, ability, reward_model, extra_info, agent_name) for data.train_files, "
         "each row carrying its whole task for the coderl agent loop",
     )
@@ -310,15 +310,28 @@ def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argpa
     return ns
 
 
+def _strict(parser: argparse.ArgumentParser) -> None:
+    """No abbreviated long flags (``--bar`` ran as ``--bare``), on every parser; each group of commands
+    (``coderl bench``, ``coderl tasks``...) given alone prints its own help."""
+    parser.allow_abbrev = False
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            if parser.prog != "coderl":
+                parser.set_defaults(help_parser=parser)
+            for child in action.choices.values():
+                _strict(child)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
+    _strict(parser)
     ns = _parse(parser, argv)
     logging.basicConfig(
         level=logging.DEBUG if ns.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     if not getattr(ns, "func", None):
-        parser.print_help()
+        (getattr(ns, "help_parser", None) or parser).print_help()
         return 0 if ns.command is None else 2
     ns.config_path, ns.config_overrides = _split_config(ns) if hasattr(ns, "overrides") else (None, [])
     try:

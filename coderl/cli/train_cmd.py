@@ -8,6 +8,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from coderl.agents.base import get_loop
 from coderl.config import Config, load_config
 from coderl.config.packaged import default_train_config
 from coderl.errors import ConfigError
@@ -42,6 +43,7 @@ def run_train(ns: argparse.Namespace) -> int:
         config_path = config_path or str(run_dir / "config.yaml")
         overrides.append(f"run.dir={run_dir}")
     cfg = train_config(config_path, overrides, bare=getattr(ns, "bare", False))
+    get_loop(cfg.rollout.agent)  # an unknown loop is refused before the run directory and the model
     run_dir = create_run_dir(cfg, "train", resume=bool(resume))
     console.print(f"run directory: {run_dir}")
     console.print(

@@ -57,6 +57,9 @@ def dump_config(cfg: Config) -> str:
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
+    if path.is_dir():
+        hint = f"; its config.yaml: {path / 'config.yaml'}" if (path / "config.yaml").is_file() else ""
+        raise ConfigError(f"config file {str(path)!r} is a folder, not a YAML file (pass a YAML file path or none{hint})")
     if not path.is_file():
         raise ConfigError(f"config file {str(path)!r} does not exist (pass a YAML file path or none)")
     try:
