@@ -151,6 +151,11 @@ async def test_secrets_isolate_sessions(chat: ChatFormat, tmp_path: Path) -> Non
         )
         openai_error(await client.post(path, json=MSG, headers={"x-api-key": ADMIN}), 401)
         assert (await client.post(path, json=MSG, headers={"x-api-key": a["secret"]})).status_code == 200
+        # both headers (a gateway's Authorization beside the SDK's x-api-key): the secret in either opens
+        both = {"Authorization": "Bearer gateway-token", "x-api-key": a["secret"]}
+        assert (await client.post(path, json={**MSG, "seed": 1}, headers=both)).status_code == 200
+        both = {"Authorization": f"Bearer {b['secret']}", "x-api-key": "gateway-token"}
+        openai_error(await client.post(path, json=MSG, headers=both), 401)  # b's secret opens b only
         unknown = openai_error(
             await client.post("/s/nosuch/v1/chat/completions", json=MSG, headers={"x-api-key": "x"}), 401
         )
@@ -160,7 +165,7 @@ async def test_secrets_isolate_sessions(chat: ChatFormat, tmp_path: Path) -> Non
         r = await client.get(f"/sessions/{a['id']}", headers={"Authorization": f"Bearer {a['secret']}"})
         openai_error(r, 401)
         assert (await record(client, b["id"]))["calls"] == []
-        assert len((await record(client, a["id"]))["calls"]) == 1
+        assert len((await record(client, a["id"]))["calls"]) == 2
 
 
 async def test_complete_delete_and_idle_expiry(chat: ChatFormat, tmp_path: Path) -> None:
