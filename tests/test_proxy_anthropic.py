@@ -349,3 +349,35 @@ async def test_an_image_reads_as_a_placeholder_instead_of_ending_the_run(chat: C
         assert "[document omitted: this model reads text only]" in prompt
         rec = await record(client, s["id"])
         assert rec["stats"]["trajectories"] == 1  # the second turn extends the first one's ids
+
+
+async def test_a_prefilled_assistant_turn_is_continued(chat: ChatFormat, tmp_path: Path) -> None:
+    """A final assistant turn of text is the reply's start: the model continues it, the answer holds
+    only the continuation (as Anthropic's does), streamed or not, and the next turn, sending the whole
+    assistant text back, extends the same trajectory."""
+    engine = scripted(chat.tokenizer, ["42).", "42).", "Welcome."])
+    async with proxy_client(chat, engine, tmp_path / "p.db") as (client, app):
+        s = await new_session(client)
+        sdk = anthropic.AsyncAnthropic(
+            base_url=s["anthropic_base_url"], api_key=s["secret"], http_client=sdk_http_client(app)
+        )
+        ask: Any = [{"role": "user", "content": "What is 6 x 7?"}, {"role": "assistant", "content": "The answer is ("}]
+        plain = await sdk.messages.create(model="m", max_tokens=16, messages=ask)
+        assert plain.content[0].text == "42)."  # type: ignore[union-attr]
+        assert chat.tokenizer.decode(engine.prompts[0]).endswith("<|im_start|>assistant\nThe answer is (")
+        async with sdk.messages.stream(model="m", max_tokens=16, messages=ask) as stream:
+            streamed = "".join([t async for t in stream.text_stream])
+            final = await stream.get_final_message()
+        assert streamed == "42)." and final.content[0].text == "42)."  # type: ignore[union-attr]
+        rec = await record(client, s["id"])
+        assert rec["calls"][0]["completion_ids"][:2] == chat.encode("42).")[:2]  # the prefill is prompt, not sampled
+        whole = [ask[0], {"role": "assistant", "content": "The answer is (42)."}, {"role": "user", "content": "thanks"}]
+        await sdk.messages.create(model="m", max_tokens=16, messages=whole)  # type: ignore[arg-type]
+        first, third = rec["calls"][0], (await record(client, s["id"]))["calls"][2]
+        assert third["base_call_id"] is not None  # the prefill's and the reply's own ids, reused
+        assert third["prompt_ids"][: len(first["prompt_ids"]) + len(first["completion_ids"])] == (
+            first["prompt_ids"] + first["completion_ids"]
+        )
+        bad = [ask[0], {"role": "assistant", "content": "The answer is "}]
+        with pytest.raises(anthropic.BadRequestError, match="trailing whitespace"):
+            await sdk.messages.create(model="m", max_tokens=16, messages=bad)  # type: ignore[arg-type]

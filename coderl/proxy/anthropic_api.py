@@ -141,6 +141,24 @@ def openai_tools(tools: list[AnthropicTool] | None) -> list[dict[str, Any]] | No
     ]
 
 
+def take_prefill(msgs: list[Message], forced_call: bool) -> str:
+    """A final assistant turn of text is the start of the reply (Anthropic's prefill): it is taken off
+    ``msgs`` and returned, and the model continues it. A final turn with tool calls stays a turn."""
+    if not msgs or msgs[-1].get("role") != "assistant" or msgs[-1].get("tool_calls"):
+        return ""
+    prefill = str(msgs.pop().get("content") or "")
+    if prefill != prefill.rstrip():
+        raise ApiError(400, "final assistant content cannot end with trailing whitespace", param="messages")
+    if prefill and forced_call:
+        raise ApiError(
+            400,
+            "a prefilled final assistant turn cannot go with tool_choice any or tool: the forced call must "
+            "start the reply (leave out the prefill, or use tool_choice auto)",
+            param="tool_choice",
+        )
+    return prefill
+
+
 def extra_seed(body: MessagesRequest) -> int | None:
     """Anthropic has no seed; an integer ``seed`` sent anyway (a coderl extension) is honoured."""
     seed = (body.model_extra or {}).get("seed")
@@ -156,11 +174,21 @@ def stop_reason(row: CallRow) -> str:
     return "stop_sequence" if r.get("stop_sequence") else "end_turn"
 
 
+def continuation(result: dict[str, Any]) -> str:
+    """The reply's text as Anthropic answers it: without the client's prefill (``result["prefill"]``)."""
+    content, prefill = str(result["content"]), str(result.get("prefill", ""))
+    for start in (prefill, prefill.lstrip()):  # parsed content has its leading whitespace stripped
+        if start and content.startswith(start):
+            return content[len(start) :]
+    return content
+
+
 def content_blocks(row: CallRow) -> list[dict[str, Any]]:
     r = row.result
     blocks: list[dict[str, Any]] = []
-    if r["content"] or not r["tool_calls"]:
-        blocks.append({"type": "text", "text": r["content"]})
+    text = continuation(r)
+    if text or not r["tool_calls"]:
+        blocks.append({"type": "text", "text": text})
     for call in r["tool_calls"]:
         fn = call["function"]
         blocks.append(
@@ -274,7 +302,7 @@ class MessageStream(StreamShape):
         return sse({"type": "ping"}, "ping")
 
     def replay(self, row: CallRow) -> list[bytes]:
-        return [*self.opening(row.result["prompt_tokens"]), *self.closing(row, row.result["content"])]
+        return [*self.opening(row.result["prompt_tokens"]), *self.closing(row, continuation(row.result))]
 
 
 def anthropic_router(service: ProxyService) -> APIRouter:
@@ -297,6 +325,7 @@ def anthropic_router(service: ProxyService) -> APIRouter:
         session = service.agent_session(request, session_id)
         msgs, tools = convert(body)
         choice = anthropic_tool_choice(body.tool_choice, tools)
+        prefill = take_prefill(msgs, bool(choice.prefix(service.chat.tool_format)))
         raw = await request.body()
         params = SamplingParams(
             max_tokens=body.max_tokens or cfg.default_max_tokens,
@@ -314,6 +343,7 @@ def anthropic_router(service: ProxyService) -> APIRouter:
             tools=tools,
             parse_tools=bool(tools) and choice.mode != "none",
             reply_prefix=choice.prefix(service.chat.tool_format),
+            prefill=prefill,
             stop=[s for s in body.stop_sequences or [] if s],
             id_prefix="toolu",
         )

@@ -52,8 +52,16 @@ class LiveText:
     """The safe prefix of a growing completion's content (see the module docstring)."""
 
     def __init__(
-        self, decode: Decode, stops: list[str], prefix: str, parse_tools: bool, tool_format: ToolFormat
+        self,
+        decode: Decode,
+        stops: list[str],
+        prefix: str,
+        parse_tools: bool,
+        tool_format: ToolFormat,
+        shown: str = "",
     ) -> None:
+        """``prefix``: the reply's start that is prompt tokens (a prefill, a forced call's opening);
+        ``shown``: the part of it the client wrote itself (Anthropic's prefill), never sent back."""
         self.decode = decode
         self.stops = [s for s in stops if s]
         self.prefix = prefix
@@ -63,7 +71,7 @@ class LiveText:
             self.markers.append("{")
         self.ids: list[int] = []
         self.ends: list[int] = []  # the completion's text length after each token (with stop strings)
-        self.sent = ""
+        self.sent = shown.lstrip() if parse_tools else shown
 
     def settled_text(self) -> str:
         """The text of the whole tokens so far that no stop string cuts or could still cut."""

@@ -308,7 +308,12 @@ async def streamed(
     record, the whole recorded stream."""
     req.live = LiveCall()
     text = LiveText(
-        service.chat.decode, req.stop, req.reply_prefix, req.parse_tools, service.chat.tool_format
+        service.chat.decode,
+        req.stop,
+        req.prefill + req.reply_prefix,
+        req.parse_tools,
+        service.chat.tool_format,
+        shown=req.prefill,
     )
 
     def replay(row: CallRow, replayed: bool) -> Response:

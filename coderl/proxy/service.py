@@ -64,6 +64,10 @@ class CallRequest:
     reply_prefix: str = ""
     """Forced start of the reply (a forced tool call, :mod:`coderl.proxy.tool_choice`): appended to the
     prompt, so the record keeps it as prompt ids and the completion is only what was sampled."""
+    prefill: str = ""
+    """The reply's start as the client wrote it (Anthropic's prefilled final assistant turn): before
+    ``reply_prefix`` in the prompt ids, part of the assistant message (tool parsing, the next turn's
+    id reuse), and kept as ``result["prefill"]`` so the answer leaves it out as Anthropic's does."""
     stop: list[str] = field(default_factory=list)
     id_prefix: str = "call"
     live: LiveCall | None = None
@@ -357,8 +361,8 @@ class ProxyService:
             prompt_ids, canon, tkey, base = self._prompt(session.id, req)
         except ChatError as exc:
             raise ApiError(400, str(exc), param="messages") from None
-        if req.reply_prefix:
-            prompt_ids = prompt_ids + self.chat.encode(req.reply_prefix)
+        if req.prefill or req.reply_prefix:
+            prompt_ids = prompt_ids + self.chat.encode(req.prefill + req.reply_prefix)
         t_render = time.perf_counter()
         try:
             params = req.params.model_copy(update={"stop": req.stop}) if req.stop else req.params
@@ -414,7 +418,7 @@ class ProxyService:
         ids, logprobs = ids[:keep], logprobs[:keep]
         finish = "stop" if stop_hit else c.finish_reason
         uid = req.uid
-        text = req.reply_prefix + text
+        text = req.prefill + req.reply_prefix + text
         content, tool_calls = text, []
         if req.parse_tools:
             parsed = parse_completion(text, self.chat.tool_format, id_prefix=f"{req.id_prefix}_{uid}")
@@ -437,6 +441,7 @@ class ProxyService:
             "prompt_tokens": len(prompt_ids),
             "completion_tokens": len(ids),
             "cached_tokens": c.cached_tokens,
+            **({"prefill": req.prefill} if req.prefill else {}),
         }
         return CallRow(
             session_id=session_id,
