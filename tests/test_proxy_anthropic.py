@@ -381,3 +381,14 @@ async def test_a_prefilled_assistant_turn_is_continued(chat: ChatFormat, tmp_pat
         bad = [ask[0], {"role": "assistant", "content": "The answer is "}]
         with pytest.raises(anthropic.BadRequestError, match="trailing whitespace"):
             await sdk.messages.create(model="m", max_tokens=16, messages=bad)  # type: ignore[arg-type]
+
+
+async def test_the_anthropic_sdk_lists_and_retrieves_the_served_model(chat: ChatFormat, tmp_path: Path) -> None:
+    async with proxy_client(chat, scripted(chat.tokenizer), tmp_path / "p.db") as (client, app):
+        s = await new_session(client)
+        sdk = anthropic.AsyncAnthropic(
+            base_url=s["anthropic_base_url"], api_key=s["secret"], http_client=sdk_http_client(app)
+        )
+        listed = [m async for m in sdk.models.list()]
+        assert [(m.id, m.type, m.display_name) for m in listed] == [("test-model", "model", "test-model")]
+        assert (await sdk.models.retrieve("test-model")).created_at.year == 1970

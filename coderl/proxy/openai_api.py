@@ -324,6 +324,14 @@ async def streamed(
     )
 
 
+def model_card(name: str) -> dict[str, Any]:
+    """The served model as both OpenAI's and Anthropic's SDKs read a model (their keys differ)."""
+    return {
+        "id": name, "object": "model", "created": 0, "owned_by": "coderl",
+        "type": "model", "display_name": name, "created_at": "1970-01-01T00:00:00Z",
+    }  # fmt: skip
+
+
 def openai_router(service: ProxyService) -> APIRouter:
     router = APIRouter(prefix="/s/{session_id}/v1", tags=["openai"])
     cfg, chat = service.cfg, service.chat
@@ -331,15 +339,15 @@ def openai_router(service: ProxyService) -> APIRouter:
     @router.get("/models")
     async def models(session_id: str, request: Request) -> dict[str, Any]:
         service.agent_session(request, session_id)
-        card = {"id": service.model, "object": "model", "created": 0, "owned_by": "coderl"}
-        return {"object": "list", "data": [card]}
+        name = service.model  # the list in OpenAI's shape and Anthropic's at once (their keys differ)
+        return {"object": "list", "data": [model_card(name)], "has_more": False, "first_id": name, "last_id": name}
 
     @router.get("/models/{model_id:path}")
     async def model(session_id: str, model_id: str, request: Request) -> dict[str, Any]:
         service.agent_session(request, session_id)
         if model_id != service.model:
             raise ApiError(404, f"no model {model_id!r}; this proxy serves {service.model!r}", param="model")
-        return {"id": model_id, "object": "model", "created": 0, "owned_by": "coderl"}
+        return model_card(model_id)
 
     @router.post("/chat/completions", response_model=None)
     async def chat_completions(
