@@ -73,7 +73,11 @@ async def _library(lib: str, spec: SandboxSpec, n: int, out: Path, timeout_s: fl
 def run(cfg: Any, libraries: list[str], n: int, quick: bool, console: Console) -> dict[str, Any]:
     out = Path(cfg.run.dir or "runs") / "bench-synth"
     chosen = libraries[:1] if quick else libraries
-    return asyncio.run(bench_synth(cfg.sandbox, chosen, 3 if quick else n, out, console=console))
+    result = asyncio.run(bench_synth(cfg.sandbox, chosen, 3 if quick else n, out, console=console))
+    if all("refused" in row for row in result["libraries"]):  # a typo'd name, not a measurement
+        reasons = "; ".join(f"{row['library']}: {row['refused']}" for row in result["libraries"])
+        raise TaskError(f"bench synth: every library was refused ({reasons})")
+    return result
 
 
 def to_markdown(r: dict[str, Any]) -> str:
