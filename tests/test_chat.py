@@ -148,6 +148,23 @@ def test_native_tool_template_gets_tools_and_object_arguments(tokenizer: Any) ->
     assert "TOOLS:bash;" in text and '<tool_call>{"command": "ls"}</tool_call>' in text
 
 
+def test_a_developer_message_renders_as_system_where_the_template_has_no_such_role(tokenizer: Any) -> None:
+    """Codex sends its instructions as developer messages: a Qwen-like template that renders only the
+    roles it knows dropped them silently; a template that knows the role keeps it."""
+    tok = copy.deepcopy(tokenizer)
+    tok.chat_template = (
+        "{% for m in messages %}{% if m.role in ['system', 'user', 'assistant'] %}<|im_start|>{{ m.role }}\n"
+        "{{ m.content }}<|im_end|>\n{% endif %}{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
+    msgs = [{"role": "developer", "content": "follow the repo's rules"}, {"role": "user", "content": "x"}]
+    chat = ChatFormat(tok)
+    assert not chat.developer_role
+    assert chat.render_text(msgs).startswith("<|im_start|>system\nfollow the repo's rules<|im_end|>")
+    tok.chat_template = tok.chat_template.replace("'assistant']", "'assistant', 'developer']")
+    knows = ChatFormat(tok)
+    assert knows.developer_role and knows.render_text(msgs).startswith("<|im_start|>developer\n")
+
+
 def test_template_errors_are_chat_errors(chat: ChatFormat) -> None:
     with pytest.raises(ChatError, match="empty"):
         chat.render([])

@@ -238,7 +238,7 @@ async def test_keep_alives_while_a_tool_call_is_held_back_are_skipped_by_the_sdk
     """A slow engine sampling a tool call sends nothing to stream until the call is whole; keep-alive
     comments fill the silence, and the openai SDK reads the chat and Responses streams past them."""
     slow = "Let me look. " + CALL_TEXT
-    engine = ScriptedEngine([slow] * 3, chat.tokenizer, default="ok", token_delay_s=0.05)
+    engine = ScriptedEngine([slow] * 4, chat.tokenizer, default="ok", token_delay_s=0.05)
     async with proxy_client(chat, engine, tmp_path / "p.db", stream_keepalive_s=0.2) as (client, app):
         s = await new_session(client)
         body = {"model": "m", "messages": [{"role": "user", "content": "go"}], "tools": TOOLS, "stream": True}
@@ -249,8 +249,12 @@ async def test_keep_alives_while_a_tool_call_is_held_back_are_skipped_by_the_sdk
         calls = [tc for c in chunks if c.choices for tc in c.choices[0].delta.tool_calls or []]
         assert calls[0].function.name == "bash" and chunks[-1].choices[0].finish_reason == "tool_calls"
         flat = [{"type": "function", **t["function"]} for t in TOOLS]
-        events = [e async for e in await sdk.responses.create(model="m", input="go", tools=flat, stream=True)]  # type: ignore[arg-type]
-        assert events[-1].type == "response.completed" and events[-1].response.output[1].type == "function_call"
+        raw = (await client.post(f"/s/{s['id']}/v1/responses", json={"input": "go", "tools": flat, "stream": True},
+                                 headers=auth(s))).text  # fmt: skip
+        assert raw.count("event: response.in_progress") >= 4  # re-sent: Codex's idle timer counts events
+        async with sdk.responses.stream(model="m", input="go", tools=flat) as stream:  # type: ignore[arg-type]
+            final = await stream.get_final_response()
+        assert final.output[1].type == "function_call" and final.output[1].name == "bash"
 
 
 async def test_stop_strings_cut_the_completion_and_its_ids(chat: ChatFormat, tmp_path: Path) -> None:

@@ -44,6 +44,11 @@ class ChatFormat:
         self.tokenizer = tokenizer
         self.tool_format: ToolFormat = tool_format
         self.native_tools = "tools" in str(tokenizer.chat_template)
+        self.developer_role = "developer" in str(tokenizer.chat_template)
+        """Whether the template knows OpenAI's ``developer`` role; where it does not, a developer message
+        renders as a system message (the role's meaning): Qwen's templates drop a role they do not know,
+        silently, and SmolLM2's writes one it was never trained on (the Codex CLI sends its
+        instructions as developer messages)."""
         self._base_text: dict[str, str] = {}
         self._encoded: OrderedDict[str, list[int]] = OrderedDict()
         self._trailer = self._assistant_trailer()
@@ -67,6 +72,8 @@ class ChatFormat:
         add_generation_prompt: bool = True,
     ) -> str:
         """The template's text for ``messages`` (what a plain re-render would tokenize)."""
+        if not self.developer_role:
+            messages = [{**m, "role": "system"} if m.get("role") == "developer" else m for m in messages]
         if self.native_tools:
             msgs = [_normalise_native(m) for m in messages]
             kwargs: dict[str, Any] = {"tools": tools} if tools else {}

@@ -123,6 +123,10 @@ class ResponseStream(StreamShape):
             "error", code=code, message=message, param=None, error={**err, "code": code}
         ) + self.event("response.failed", response=failed)
 
+    def keepalive(self) -> bytes:
+        """``response.in_progress`` again: Codex's idle timer counts events, and skips SSE comments."""
+        return self.event("response.in_progress", response=self.head)
+
     def replay(self, row: CallRow) -> list[bytes]:
         """The whole stream of a recorded call (a retry answered from the record)."""
         self.head = {**self.head, "id": f"resp_{row.result['id']}", "created_at": row.result["created"]}
