@@ -121,6 +121,20 @@ def test_a_rewritten_message_under_the_same_system_prompt_is_a_rewritten_history
     ]  # no messages known (completions calls): the tokens alone cannot tell
 
 
+def test_a_compaction_after_its_summary_request_is_judged_against_its_own_conversation() -> None:
+    """The Codex CLI compacts: a summary request (no tools: another first message), then the main
+    conversation again, shorter. The summary is a new context; what follows is a compaction of the
+    main one, not a second new context judged against the summary."""
+    main = "system: code (tools: shell)"
+    calls = [
+        call(1, [1, 2, 3], [4], head=main),
+        call(2, [1, 2, 3, 4, 5, 6], [7], head=main),
+        call(3, [90, 2, 3, 4, 5, 6, 7, 8], [9], head="system: code (tools: none)"),  # summarise
+        call(4, [1, 2, 9, 10], [11], head=main),  # the main conversation, its history summarised
+    ]
+    assert merge_calls(calls).splits == [{"call_id": 3, "reason": "new_context"}, {"call_id": 4, "reason": "compaction"}]
+
+
 def test_longest_extendable_trajectory_wins() -> None:
     calls = [call(1, [1], [2]), call(2, [1, 9], [3]), call(3, [1, 9, 3, 4], [5])]
     merged = merge_calls(calls)
