@@ -175,6 +175,8 @@ def test_outputs_that_would_lose_files_are_refused_before_any_work(tmp_path: Pat
         (["bench", "sandbox", "--quick", "--write", "no-such-folder/B.md"], "--write no-such-folder/B.md: its folder"),
         (["eval", "rollout.agent=nope"], "unknown agent loop 'nope'; registered: single_turn, tool, swe, remote"),
         (["train", "--bar"], "unrecognized arguments: --bar"),  # not taken for --bare
+        (["sandbox", "serve", "server.host=nope.invalid"], "server.host: got 'nope.invalid', which does not resolve"),
+        (["proxy", "serve", "proxy.host=10.255.255.1"], "proxy.host: got '10.255.255.1', which is not an address of"),
     ],
 )
 def test_bad_flags_and_values_are_refused_by_name_before_any_work(

@@ -9,11 +9,13 @@ import sys
 
 def run_proxy_serve(ns: argparse.Namespace) -> int:
     from coderl.cli.common import config_from_args
+    from coderl.ports import check_host
     from coderl.proxy.app import default_db_path
     from coderl.proxy.server import run_proxy
     from coderl.proxy.standalone import build_proxy, settle_heap
 
     cfg = config_from_args(ns)
+    check_host(cfg.proxy.host, "proxy.host")  # before the engine loads
     app, _ = build_proxy(cfg)
     url = cfg.proxy.public_url or f"http://{cfg.proxy.host}:{cfg.proxy.port}"
     print(f"coderl proxy: {url}  record: {cfg.proxy.db or default_db_path()}", file=sys.stderr)

@@ -8,6 +8,7 @@ import secrets
 import sys
 
 from coderl.cli.common import config_from_args
+from coderl.ports import check_host
 
 
 def run_sandbox_serve(ns: argparse.Namespace) -> int:
@@ -16,6 +17,7 @@ def run_sandbox_serve(ns: argparse.Namespace) -> int:
     from coderl.sandbox.server import create_sandbox_app
 
     cfg = config_from_args(ns)
+    check_host(cfg.server.host)
     tokens = list(cfg.server.tokens)
     if cfg.server.api_key:
         tokens.append(cfg.server.api_key)

@@ -6,6 +6,7 @@ import argparse
 
 from coderl.cli.common import config_from_args
 from coderl.errors import ConfigError
+from coderl.ports import check_host
 
 
 def run_engine_serve(ns: argparse.Namespace) -> int:
@@ -18,6 +19,7 @@ def run_engine_serve(ns: argparse.Namespace) -> int:
     cfg = config_from_args(ns)
     if cfg.engine.type != "embedded":
         raise ConfigError("engine.type: coderl engine serve serves the embedded engine; got engine.type=http")
+    check_host(cfg.server.host)  # before the model loads
     folder = resolve_checkpoint(cfg.model.path, cfg.model.cache_dir)
     name = DEFAULT_MODEL_NAME if cfg.model.path is None else folder.name
     engine = create_engine(cfg.engine, cfg.model, seed=cfg.run.seed)

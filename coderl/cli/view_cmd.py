@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from coderl.errors import ConfigError
+from coderl.ports import check_host
 
 
 def run_view(ns: argparse.Namespace) -> int:
@@ -20,6 +21,7 @@ def run_view(ns: argparse.Namespace) -> int:
         raise ConfigError(
             f"RUN_DIR {str(root)!r} holds no run (a folder with config.yaml, or a folder of them)"
         )
+    check_host(ns.host, "--host")
     print(f"coderl view: http://{ns.host}:{ns.port}/  (Ctrl-C to stop)", file=sys.stderr)
     uvicorn.run(create_viewer_app(root), host=ns.host, port=ns.port, log_level="warning")
     return 0
