@@ -23,6 +23,8 @@ def check_host(host: str, key: str = "server.host") -> None:
     """ConfigError, naming ``key`` and ``host``, unless a server can listen on ``host`` here: a name that
     does not resolve, or an address that is not this machine's, was a bare ``[Errno -2]`` from the
     server once it started. (A port in use is left to the server, which names it.)"""
+    if not host:
+        return  # every interface, to the server
     try:
         infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
     except socket.gaierror as exc:

@@ -28,7 +28,7 @@ def create_run_dir(cfg: Config, command: str, resume: bool = False) -> Path:
     existing folder is reused only when it holds nothing but a config.yaml (a bench lays one out and
     runs the command on it) or, with ``resume``, the same command's run; ConfigError otherwise, before
     anything in it is touched."""
-    path = cfg.run.dir or Path("runs") / f"{command}-{time.strftime('%Y%m%d-%H%M%S')}"
+    path = cfg.run.dir or _fresh(Path("runs") / f"{command}-{time.strftime('%Y%m%d-%H%M%S')}")
     _check_reuse(path, command, resume)
     try:
         path.mkdir(parents=True, exist_ok=True)
@@ -37,6 +37,20 @@ def create_run_dir(cfg: Config, command: str, resume: bool = False) -> Path:
     except OSError as exc:
         raise ConfigError(f"run.dir {str(path)!r}: cannot write the run there ({exc.strerror or exc})") from None
     return path
+
+
+def _fresh(base: Path) -> Path:
+    """``base``, or ``base-2``, ``base-3``... : a default run directory nobody has made (two runs started
+    within one second), made now so that a second process cannot take it too."""
+    base.parent.mkdir(parents=True, exist_ok=True)
+    for n in range(1, 1000):
+        path = base if n == 1 else base.with_name(f"{base.name}-{n}")
+        try:
+            path.mkdir()
+        except FileExistsError:
+            continue
+        return path
+    raise ConfigError(f"run.dir: {base} and 998 more like it exist already; name a folder with run.dir=...")
 
 
 def _check_reuse(path: Path, command: str, resume: bool) -> None:

@@ -131,6 +131,16 @@ def test_a_run_dir_is_never_another_runs(tmp_path: Path) -> None:
     assert main(["train", "--resume", str(evaluated)]) == 2  # refused before any model loads
 
 
+def test_default_run_dirs_started_in_one_second_are_two(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("coderl.rundir.time.strftime", lambda fmt: "20261201-000000")
+    cfg = load_config(overrides=[], env={})
+    first = create_run_dir(cfg, "eval")
+    (first / "trajectories.jsonl").write_text("")
+    second = create_run_dir(cfg, "eval")
+    assert (first.name, second.name) == ("eval-20261201-000000", "eval-20261201-000000-2")
+
+
 def test_every_field_is_documented() -> None:
     from pydantic import BaseModel
 

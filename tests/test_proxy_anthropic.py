@@ -371,6 +371,8 @@ async def test_a_prefilled_assistant_turn_is_continued(chat: ChatFormat, tmp_pat
         assert streamed == "42)." and final.content[0].text == "42)."  # type: ignore[union-attr]
         rec = await record(client, s["id"])
         assert rec["calls"][0]["completion_ids"][:2] == chat.encode("42).")[:2]  # the prefill is prompt, not sampled
+        counted = await sdk.messages.count_tokens(model="m", messages=ask)
+        assert counted.input_tokens == len(rec["calls"][0]["prompt_ids"])
         whole = [ask[0], {"role": "assistant", "content": "The answer is (42)."}, {"role": "user", "content": "thanks"}]
         await sdk.messages.create(model="m", max_tokens=16, messages=whole)  # type: ignore[arg-type]
         first, third = rec["calls"][0], (await record(client, s["id"]))["calls"][2]

@@ -133,6 +133,17 @@ def test_a_compaction_after_its_summary_request_is_judged_against_its_own_conver
         call(4, [1, 2, 9, 10], [11], head=main),  # the main conversation, its history summarised
     ]
     assert merge_calls(calls).splits == [{"call_id": 3, "reason": "new_context"}, {"call_id": 4, "reason": "compaction"}]
+    # ... while a second sub-agent of the same kind is a sub-agent again, not a compaction of the first
+    m, sub = "system: main (tools: Task, Bash)", "system: sub-agent (tools: Bash)"
+    calls = [
+        call(1, [1, 2, 3], [4], head=m),
+        call(2, [50, 51, 60, 61, 62], [63], head=sub),
+        call(3, [50, 51, 60, 61, 62, 63, 64], [65], head=sub),
+        call(4, [1, 2, 3, 4, 5], [6], head=m),
+        call(5, [50, 51, 70], [71], head=sub),  # another task for the same kind of sub-agent
+        call(6, [1, 2, 3, 4, 5, 6, 7], [8], head=m),
+    ]
+    assert merge_calls(calls).splits == [{"call_id": 2, "reason": "sub_agent"}, {"call_id": 5, "reason": "sub_agent"}]
 
 
 def test_longest_extendable_trajectory_wins() -> None:

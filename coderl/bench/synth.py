@@ -73,6 +73,8 @@ async def _library(lib: str, spec: SandboxSpec, n: int, out: Path, timeout_s: fl
 def run(cfg: Any, libraries: list[str], n: int, quick: bool, console: Console) -> dict[str, Any]:
     out = Path(cfg.run.dir or "runs") / "bench-synth"
     chosen = libraries[:1] if quick else libraries
+    if not chosen:
+        raise TaskError("bench synth: --libraries names no library; give NAME==VERSION,... (or leave it out)")
     result = asyncio.run(bench_synth(cfg.sandbox, chosen, 3 if quick else n, out, console=console))
     if all("refused" in row for row in result["libraries"]):  # a typo'd name, not a measurement
         reasons = "; ".join(f"{row['library']}: {row['refused']}" for row in result["libraries"])

@@ -38,6 +38,8 @@ def run_sft(ns: argparse.Namespace) -> int:
         check_model_out(Path(ns.out))  # before the demonstrations and the training, not after
     console = Console(stderr=True)
     run_dir = create_run_dir(cfg, "sft")
+    if ns.out and run_dir.resolve().is_relative_to(Path(ns.out).resolve()):
+        raise ConfigError(f"--out {ns.out}: the run directory {run_dir} is there, and writing the model would delete it")
     t = cfg.train
     before = read_demonstrated(cfg.model.path)  # model.path may be a warm start itself
     unseen = train_and_held_out(t.tasks, t.val_tasks, t.val_size, t.val_also, t.dev_size, before).unseen()

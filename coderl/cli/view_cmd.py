@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from coderl.errors import ConfigError
-from coderl.ports import check_host
+from coderl.ports import check_host, free_port
 
 
 def run_view(ns: argparse.Namespace) -> int:
@@ -22,6 +22,7 @@ def run_view(ns: argparse.Namespace) -> int:
             f"RUN_DIR {str(root)!r} holds no run (a folder with config.yaml, or a folder of them)"
         )
     check_host(ns.host, "--host")
-    print(f"coderl view: http://{ns.host}:{ns.port}/  (Ctrl-C to stop)", file=sys.stderr)
-    uvicorn.run(create_viewer_app(root), host=ns.host, port=ns.port, log_level="warning")
+    port = ns.port or free_port(ns.host)  # 0: a free one, named in the URL printed below
+    print(f"coderl view: http://{ns.host}:{port}/  (Ctrl-C to stop)", file=sys.stderr)
+    uvicorn.run(create_viewer_app(root), host=ns.host, port=port, log_level="warning")
     return 0

@@ -356,8 +356,9 @@ def anthropic_router(service: ProxyService) -> APIRouter:
     async def count_tokens(session_id: str, body: MessagesRequest, request: Request) -> dict[str, int]:
         service.agent_session(request, session_id)
         msgs, tools = convert(body)
+        prefill = take_prefill(msgs, False)  # prompt tokens after the generation prompt, as messages() has them
         try:
-            return {"input_tokens": len(service.chat.render(msgs, tools))}
+            return {"input_tokens": len(service.chat.render(msgs, tools)) + len(service.chat.encode(prefill))}
         except ChatError as exc:
             raise ApiError(400, str(exc), param="messages") from None
 

@@ -71,7 +71,7 @@ class LiveText:
             self.markers.append("{")
         self.ids: list[int] = []
         self.ends: list[int] = []  # the completion's text length after each token (with stop strings)
-        self.sent = shown.lstrip() if parse_tools else shown
+        self.sent = self.shown = shown.lstrip() if parse_tools else shown
 
     def settled_text(self) -> str:
         """The text of the whole tokens so far that no stop string cuts or could still cut."""
@@ -108,6 +108,8 @@ class LiveText:
 
     def rest(self, content: str) -> str:
         """The final content still to send."""
+        if not content.startswith(self.sent) and self.sent == self.shown:
+            return ""  # nothing was sent past the client's own prefill, which went into a tool call
         if not content.startswith(self.sent):  # cannot happen by construction; say so if it does
             log.error("streamed content %r is not the start of the reply %r", self.sent, content)
             return ""

@@ -4,9 +4,10 @@ A call extends a trajectory when its prompt starts with that trajectory's whole 
 (``prompt_ids + response_ids``) as a token prefix: the ids between the old context and the new prompt
 (turn closers, tool results, user turns) are appended with mask 0 and logprob 0, then the call's
 completion with mask 1 and the engine's logprobs. A call that extends no trajectory starts a new one,
-and the split is counted with a reason, judged against the trajectory extended last (or, when the call's
-first message is another's, the latest trajectory that has the call's own: the Codex CLI's compacted
-conversation follows its summary request, whose tools differ, and is the main conversation's compaction):
+and the split is counted with a reason, judged against the trajectory extended last (or, when that was a
+one-call side request with another first message, against the trajectory extended just before it that
+has the call's own: the Codex CLI's compacted conversation follows its tool-less summary request and is
+the main conversation's compaction):
 
 - ``retry``: the same prompt as that trajectory's latest call (the agent sent the request again, e.g.
   after a reply it could not use);
@@ -147,10 +148,11 @@ def merge_calls(
             latest = best
             continue
         if latest >= 0:
-            judge = latest  # the conversation this call leaves: its own one, when another came between
-            if call.head is not None and call.head != heads[latest]:
-                own = [i for i, head in enumerate(heads) if head == call.head]
-                judge = max(own, key=lambda i: extended[i]) if own else latest
+            judge = latest  # the conversation this call leaves: its own, when one side request came between
+            if call.head is not None and call.head != heads[latest] and len(members[latest]) == 1:
+                before = started[latest] - 1  # the call just before that side request
+                own = [i for i, head in enumerate(heads) if head == call.head and extended[i] == before]
+                judge = own[0] if own else latest
             same_head = call.head is not None and call.head == heads[judge]
             reason = split_reason(call.prompt_ids, trajs[judge], last_prompts[judge], generation_prompt, same_head)
             splits.append({"call_id": call.call_id, "reason": reason, "trajectory": len(trajs)})

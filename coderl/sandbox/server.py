@@ -90,6 +90,7 @@ def create_sandbox_app(
     digests = {hashlib.sha256(t.encode()).hexdigest() for t in tokens}
     owned: dict[str, _Held] = {}
     expired: dict[str, float] = {}  # id -> the idle seconds it was closed after (the latest 1,024)
+    reaping: set[Sandbox] = set()  # being closed by the reaper
 
     async def reap(limit: float) -> None:
         while True:
@@ -103,10 +104,13 @@ def create_sandbox_app(
                 while len(expired) > 1024:
                     del expired[next(iter(expired))]
                 log.warning("sandbox %s: no request for %.1f s (its client is gone?): closed", sid, now - held.used)
+                reaping.add(held.sandbox)  # a shutdown meanwhile waits for this close (it is out of owned)
                 try:
                     await held.sandbox.close()
                 except Exception:  # one sandbox's failure must not stop the reaper
                     log.exception("sandbox %s: closing it after its idle limit failed", sid)
+                finally:
+                    reaping.discard(held.sandbox)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -117,8 +121,8 @@ def create_sandbox_app(
             if reaper is not None:
                 reaper.cancel()
                 await asyncio.wait([reaper])
-            for held in list(owned.values()):
-                await held.sandbox.close()
+            for sandbox in [*reaping, *(held.sandbox for held in owned.values())]:
+                await sandbox.close()  # idempotent: one the reaper was closing is waited for
             owned.clear()
 
     app = FastAPI(title="coderl sandbox server", lifespan=lifespan)
