@@ -176,6 +176,13 @@ def test_outputs_that_would_lose_files_are_refused_before_any_work(tmp_path: Pat
         (["eval", "rollout.agent=nope"], "unknown agent loop 'nope'; registered: single_turn, tool, swe, remote"),
         (["train", "--bar"], "unrecognized arguments: --bar"),  # not taken for --bare
         (["sandbox", "serve", "server.host=nope.invalid"], "server.host: got 'nope.invalid', which does not resolve"),
+        (["sandbox", "serve", 'server.tokens=[""]'], "an empty token would let in requests that carry none"),
+        (["eval", "engine.type=http", "engine.urls=[notaurl]"], "engine.urls: 'notaurl' is not an http:// or https://"),
+        (["proxy", "serve", "proxy.public_url=notaurl"], "proxy.public_url: 'notaurl' is not an http:// or https://"),
+        (["proxy", "serve", "proxy.db=/tmp"], "proxy.db '/tmp' is a folder"),
+        (["tasks", "synth", "coderl", "coderl/out"], "is inside the repository"),
+        (["tasks", "synth", "coderl", "out", "--name", "../evil"], "--name '../evil' must be a plain name"),
+        (["tasks", "list", "tasks.source=dataset:README.md"], "is not a Parquet file"),
         (["proxy", "serve", "proxy.host=10.255.255.1"], "proxy.host: got '10.255.255.1', which is not an address of"),
     ],
 )
@@ -198,3 +205,25 @@ def test_a_group_of_commands_alone_prints_its_own_help(capsys: pytest.CaptureFix
 
     assert main(["bench"]) == 2 and capsys.readouterr().out.startswith("usage: coderl bench ")
     assert main(["sandbox", "image"]) == 2 and capsys.readouterr().out.startswith("usage: coderl sandbox image ")
+
+
+def test_odd_files_and_resumes_are_refused_by_name(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from coderl.cli.main import main
+
+    latin = tmp_path / "latin.yaml"
+    latin.write_bytes("run:\n  seed: 1 # caf\xe9\n".encode("latin-1"))
+    assert main(["tasks", "list", str(latin)]) == 2
+    assert "is not UTF-8 text" in capsys.readouterr().err
+    run = tmp_path / "r1"
+    run.mkdir()
+    (run / "config.yaml").write_text("run: {}\n")
+    assert main(["train", "--resume", str(run), f"run.dir={tmp_path / 'elsewhere'}"]) == 2
+    assert "a resumed run goes on in its own directory" in capsys.readouterr().err
+    not_a_db = tmp_path / "notes.sqlite"
+    not_a_db.write_text("not a database, " * 100)
+    from coderl.errors import ConfigError
+    from coderl.proxy.store import Store
+
+    with pytest.raises(ConfigError, match="cannot hold the record"):
+        Store(not_a_db).open()
+    assert not_a_db.read_text().startswith("not a database")

@@ -55,6 +55,8 @@ async def test_the_per_client_limit_and_the_specs_it_refuses() -> None:
         create_sandbox_app([A], SandboxSpec(backend="remote", remote_url="http://x", remote_token="t"))
     with pytest.raises(SandboxError, match="at least one client token"):
         create_sandbox_app([])
+    with pytest.raises(SandboxError, match="must not be empty"):
+        create_sandbox_app([A, ""])  # "" would let in a request with no token at all
     with pytest.raises(SandboxError, match=r"idle limit .* not 0"):
         create_sandbox_app([A], idle_s=0)
     with serve(create_sandbox_app([A, B], SandboxSpec(backend="bwrap"), max_sandboxes=1)) as url:

@@ -41,6 +41,12 @@ def run_train(ns: argparse.Namespace) -> int:
                 "directory of a train run"
             )
         config_path = config_path or str(run_dir / "config.yaml")
+        named = [o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0].strip() == "run.dir" and "=" in o]
+        if named and Path(named[-1]).resolve() != run_dir.resolve():
+            raise ConfigError(
+                f"--resume {resume!r} with run.dir={named[-1]}: a resumed run goes on in its own directory; "
+                "leave run.dir out"
+            )
         overrides.append(f"run.dir={run_dir}")
     cfg = train_config(config_path, overrides, bare=getattr(ns, "bare", False))
     get_loop(cfg.rollout.agent)  # an unknown loop is refused before the run directory and the model

@@ -63,9 +63,11 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise ConfigError(f"config file {str(path)!r} does not exist (pass a YAML file path or none)")
     try:
-        loaded = load_yaml(path.read_text())
+        loaded = load_yaml(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
         raise ConfigError(f"config file {str(path)!r} is not valid YAML: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"config file {str(path)!r} is not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
     if loaded is None:
         return {}
     if not isinstance(loaded, dict):

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from coderl.cluster.config import ClusterConfig
 from coderl.config.rules import broken_rules
@@ -62,6 +62,14 @@ class ServerConfig(Section):
     """If set, requests must carry 'Authorization: Bearer <api_key>'."""
     tokens: list[str] = []
     """Client tokens of `coderl sandbox serve` (one per client; each sees only its own sandboxes)."""
+
+    @field_validator("tokens")
+    @classmethod
+    def _no_empty_token(cls, tokens: list[str]) -> list[str]:
+        if any(not t.strip() for t in tokens):
+            raise ValueError("server.tokens: an empty token would let in requests that carry none; give non-empty tokens")
+        return tokens
+
     max_sandboxes: int = Field(256, ge=1)
     """`coderl sandbox serve`: the most sandboxes one client may hold at once (more answer 429)."""
     sandbox_idle_s: float | None = Field(3600.0, gt=0)

@@ -38,6 +38,15 @@ class EngineConfig(Section):
     """Number of embedded engine replicas behind the router (embedded only)."""
     urls: list[str] = []
     """Base URLs of HTTP engine servers (http only), e.g. [http://127.0.0.1:8000]."""
+
+    @field_validator("urls")
+    @classmethod
+    def _absolute_urls(cls, urls: list[str]) -> list[str]:
+        for url in urls:
+            if not url.startswith(("http://", "https://")):
+                raise ValueError(f"engine.urls: {url!r} is not an http:// or https:// URL (e.g. http://127.0.0.1:8000)")
+        return urls
+
     api: Literal["coderl", "vllm", "sglang"] = "coderl"
     """Wire dialect of the HTTP servers: coderl and vllm speak /v1/completions, sglang speaks /generate."""
     served_model: str | None = None

@@ -34,6 +34,14 @@ class ProxyConfig(Section):
     silent stream (Claude Code's idle watchdog). null = never."""
     public_url: str | None = None
     """Base URL handed out to agents; empty = http://<host>:<port>."""
+
+    @field_validator("public_url")
+    @classmethod
+    def _absolute_public_url(cls, url: str | None) -> str | None:
+        if url and not url.startswith(("http://", "https://")):
+            raise ValueError(f"proxy.public_url: {url!r} is not an http:// or https:// URL (e.g. https://proxy.example:8100)")
+        return url
+
     default_max_tokens: int = Field(1024, ge=1)
     """max_tokens of a request that sets none (Anthropic requires one; OpenAI does not)."""
     max_tokens_cap: int | None = Field(None, ge=1)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from coderl.errors import ProxyError
+from coderl.errors import ConfigError, ProxyError
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
@@ -147,12 +147,20 @@ class Store:
 
     def open(self) -> Store:
         if self._conn is None:
+            if self.path.is_dir():
+                raise ConfigError(f"proxy.db {str(self.path)!r} is a folder; name the SQLite file of the record")
             self.path.parent.mkdir(parents=True, exist_ok=True)
             conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute(f"PRAGMA synchronous={self.synchronous.upper()}")
-            conn.execute("PRAGMA foreign_keys=ON")
-            conn.executescript(_SCHEMA)
+            try:
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute(f"PRAGMA synchronous={self.synchronous.upper()}")
+                conn.execute("PRAGMA foreign_keys=ON")
+                conn.executescript(_SCHEMA)
+            except sqlite3.DatabaseError as exc:
+                conn.close()
+                raise ConfigError(
+                    f"proxy.db {str(self.path)!r} cannot hold the record ({exc}); name a new file or an earlier record"
+                ) from None
             self._conn = conn
         return self
 

@@ -82,6 +82,8 @@ def create_sandbox_app(
     sandbox no request has used for that long (None: never)."""
     if not tokens:
         raise SandboxError("the sandbox server needs at least one client token")
+    if any(not t.strip() for t in tokens):
+        raise SandboxError("the sandbox server's client tokens must not be empty: one would let in requests that carry none")
     if idle_s is not None and idle_s <= 0:
         raise SandboxError(f"the sandbox server's idle limit must be positive seconds or None, not {idle_s}")
     base = backend_spec or SandboxSpec()

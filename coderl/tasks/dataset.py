@@ -84,7 +84,11 @@ def read_parquet(path: Path) -> list[Task]:
     if not path.is_file():
         raise TaskError(f"task dataset {str(path)!r} does not exist")
     # no Arrow reader pool left winding down at exit (see coderl.rollout.store.read_trajectories)
-    table = pq.read_table(path, use_threads=False)
+    try:
+        table = pq.read_table(path, use_threads=False)
+    except Exception as exc:  # pyarrow's ArrowInvalid and friends: not a Parquet file
+        raise TaskError(f"task dataset {str(path)!r} is not a Parquet file ({str(exc).splitlines()[0]}); "
+                        "write one with 'coderl tasks convert'") from None
     missing = set(COLUMNS) - set(table.column_names)
     if missing:
         raise TaskError(

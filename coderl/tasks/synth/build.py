@@ -279,6 +279,15 @@ async def synthesize(
         raise TaskError(f"tasks synth: bug_in={opts.bug_in!r}; use one of {', '.join(BUG_IN)} (or none)")
     if opts.max_lines is not None and opts.max_lines < 1:
         raise TaskError(f"tasks synth: max_lines={opts.max_lines}; give a number of lines, 1 or more")
+    if out.exists() and not out.is_dir():
+        raise TaskError(f"tasks synth: OUT_DIR {str(out)!r} is a file; name a folder for the suite")
+    if name is not None and (not name or name in (".", "..") or "/" in name or "\\" in name):
+        raise TaskError(f"tasks synth: --name {name!r} must be a plain name (no path separators), e.g. mylib")
+    if not is_pypi(str(repo)) and out.resolve().is_relative_to(Path(repo).resolve()):
+        raise TaskError(
+            f"tasks synth: OUT_DIR {str(out)!r} is inside the repository {str(repo)!r}, which it copies; "
+            "name a folder outside it"
+        )
     started = time.perf_counter()
     spec = spec or SandboxSpec()
     given = str(repo)  # as named: the summary does not record this machine's absolute paths
