@@ -68,22 +68,28 @@ def find_default_gguf() -> Path:
 def resolve_checkpoint(path: str | Path | None = None, cache_dir: str | Path | None = None) -> Path:
     """A local Hugging Face checkpoint folder: ``path`` itself, or the cached default (converted once)."""
     if path is not None:
-        folder = Path(path).expanduser()
-        if not folder.is_dir():
-            raise ModelError(
-                f"model.path {str(folder)!r} is not a directory; pass a local Hugging Face checkpoint folder "
-                "(config.json, *.safetensors, tokenizer files) or leave model.path empty for the default model"
-            )
-        if not (folder / "config.json").is_file():
-            raise ModelError(
-                f"model.path {str(folder)!r} has no config.json; it is not a Hugging Face checkpoint"
-            )
-        return folder
+        return checked_model_path(path)
     gguf = find_default_gguf()
     target = cache_root(cache_dir) / "models" / f"{DEFAULT_MODEL_NAME}-{gguf.stat().st_size}"
     if not (target / "model.safetensors").is_file():
         convert_gguf(gguf, target)
     return target
+
+
+def checked_model_path(path: str | Path) -> Path:
+    """``model.path`` as a folder, ModelError unless it is a Hugging Face checkpoint folder (cheap: the
+    commands check it before they make a run directory or load anything)."""
+    folder = Path(path).expanduser()
+    if not folder.is_dir():
+        raise ModelError(
+            f"model.path {str(folder)!r} is not a directory; pass a local Hugging Face checkpoint folder "
+            "(config.json, *.safetensors, tokenizer files) or leave model.path empty for the default model"
+        )
+    if not (folder / "config.json").is_file():
+        raise ModelError(
+            f"model.path {str(folder)!r} has no config.json; it is not a Hugging Face checkpoint"
+        )
+    return folder
 
 
 def convert_gguf(gguf: Path, target: Path) -> None:

@@ -227,3 +227,15 @@ def test_odd_files_and_resumes_are_refused_by_name(tmp_path: Path, capsys: pytes
     with pytest.raises(ConfigError, match="cannot hold the record"):
         Store(not_a_db).open()
     assert not_a_db.read_text().startswith("not a database")
+
+
+@pytest.mark.parametrize("command", [["eval"], ["train"], ["sft"], ["tasks", "calibrate"]])
+def test_a_model_path_that_is_no_checkpoint_leaves_no_run_folder(
+    command: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from coderl.cli.main import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main([*command, f"model.path={tmp_path / 'nope'}"]) == 2
+    assert "is not a directory; pass a local Hugging Face checkpoint folder" in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()

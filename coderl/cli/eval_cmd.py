@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
 from coderl.agents.base import get_loop
+from coderl.checkpoint import checked_model_path
 from coderl.cli.common import config_from_args
 from coderl.cluster.backend import RolloutBackend
 from coderl.config import Config
@@ -69,6 +70,8 @@ async def _run(cfg: Config, command: str, grade: bool) -> list[RolloutResult]:
     console = Console(stderr=True)
     tasks = load_tasks(cfg.tasks.source)
     get_loop(cfg.rollout.agent)  # an unknown loop is refused before the run directory and the engine
+    if cfg.model.path is not None:
+        checked_model_path(cfg.model.path)  # ... and so is a model.path that is no checkpoint
     run_dir = create_run_dir(cfg, command)
     backend = RolloutBackend(cfg, grade=grade)
     store = TrajectoryStore(run_dir)

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
 def run_sft(ns: argparse.Namespace) -> int:
     from coderl.chat import ChatFormat
+    from coderl.checkpoint import checked_model_path
     from coderl.tasks.split import train_and_held_out
     from coderl.train.export import check_model_out
     from coderl.train.ranks import build_actor
@@ -36,6 +37,8 @@ def run_sft(ns: argparse.Namespace) -> int:
         )
     if ns.out:
         check_model_out(Path(ns.out))  # before the demonstrations and the training, not after
+    if cfg.model.path is not None:
+        checked_model_path(cfg.model.path)  # before the run directory is made
     console = Console(stderr=True)
     run_dir = create_run_dir(cfg, "sft")
     if ns.out and run_dir.resolve().is_relative_to(Path(ns.out).resolve()):
