@@ -207,3 +207,12 @@ def test_each_section_is_owned_by_its_package() -> None:
         "train": "coderl.train.config", "algo": "coderl.rl.config", "actor": "coderl.train.config",
         "sft": "coderl.train.config", "cluster": "coderl.cluster.config",
     }  # fmt: skip
+
+
+def test_a_config_key_in_the_environment_with_one_underscore_is_named() -> None:
+    """CODERL_ENGINE_MAX_BATCH_SIZE was ignored without a word (config keys join with '__'); other
+    CODERL_ variables (CODERL_CACHE_DIR, CODERL_SANDBOX_DIR) are no config keys and stay allowed."""
+    with pytest.raises(ConfigError, match=r"for engine\.max_batch_size write CODERL_ENGINE__MAX_BATCH_SIZE=8"):
+        load_config(env={"CODERL_ENGINE_MAX_BATCH_SIZE": "8"})
+    cfg = load_config(env={"CODERL_CACHE_DIR": "/x", "CODERL_SANDBOX_DIR": "/y", "CODERL_ENGINE__MAX_BATCH_SIZE": "8"})
+    assert cfg.engine.max_batch_size == 8

@@ -84,7 +84,25 @@ def _env_items(env: Mapping[str, str]) -> list[tuple[str, str]]:
         if name.startswith(ENV_PREFIX) and "__" in name:
             key = ".".join(part.lower() for part in name[len(ENV_PREFIX) :].split("__"))
             items.append((key, raw))
+        elif name.startswith(ENV_PREFIX):
+            meant = _single_underscore_key(name[len(ENV_PREFIX) :].lower())
+            if meant is not None:  # CODERL_ENGINE_MAX_BATCH_SIZE: a config key written with one '_'
+                raise ConfigError(
+                    f"environment variable {name}: sections and keys are joined by '__'; for {meant} write "
+                    f"{_env_name(meant)}={raw}"
+                )
     return items
+
+
+def _single_underscore_key(rest: str) -> str | None:
+    """``section.key`` when ``rest`` is one written ``section_key`` (a section's own field), else None."""
+    for section, field in Config.model_fields.items():
+        model = field.annotation
+        if rest.startswith(section + "_") and isinstance(model, type) and issubclass(model, BaseModel):
+            key = rest[len(section) + 1 :]
+            if key in model.model_fields:
+                return f"{section}.{key}"
+    return None
 
 
 def _env_name(key: str) -> str:
