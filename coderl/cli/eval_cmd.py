@@ -10,9 +10,7 @@ import json
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
-from coderl.agents.base import get_loop
-from coderl.checkpoint import checked_model_path
-from coderl.cli.common import config_from_args
+from coderl.cli.common import config_from_args, refuse_early
 from coderl.cluster.backend import RolloutBackend
 from coderl.config import Config
 from coderl.progress import progress_bars
@@ -69,9 +67,7 @@ def run_calibrate(ns: argparse.Namespace) -> int:
 async def _run(cfg: Config, command: str, grade: bool) -> list[RolloutResult]:
     console = Console(stderr=True)
     tasks = load_tasks(cfg.tasks.source)
-    get_loop(cfg.rollout.agent)  # an unknown loop is refused before the run directory and the engine
-    if cfg.model.path is not None:
-        checked_model_path(cfg.model.path)  # ... and so is a model.path that is no checkpoint
+    refuse_early(cfg)
     run_dir = create_run_dir(cfg, command)
     backend = RolloutBackend(cfg, grade=grade)
     store = TrajectoryStore(run_dir)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 
+from coderl.cli.common import refuse_early
 from coderl.cli.train_cmd import train_config
 from coderl.config import Config
 from coderl.errors import ConfigError
@@ -23,7 +24,6 @@ if TYPE_CHECKING:
 
 def run_sft(ns: argparse.Namespace) -> int:
     from coderl.chat import ChatFormat
-    from coderl.checkpoint import checked_model_path
     from coderl.tasks.split import train_and_held_out
     from coderl.train.export import check_model_out
     from coderl.train.ranks import build_actor
@@ -37,8 +37,7 @@ def run_sft(ns: argparse.Namespace) -> int:
         )
     if ns.out:
         check_model_out(Path(ns.out))  # before the demonstrations and the training, not after
-    if cfg.model.path is not None:
-        checked_model_path(cfg.model.path)  # before the run directory is made
+    refuse_early(cfg)
     console = Console(stderr=True)
     run_dir = create_run_dir(cfg, "sft")
     if ns.out and run_dir.resolve().is_relative_to(Path(ns.out).resolve()):

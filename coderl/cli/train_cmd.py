@@ -8,8 +8,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from coderl.agents.base import get_loop
-from coderl.checkpoint import checked_model_path
+from coderl.cli.common import refuse_early
 from coderl.config import Config, load_config
 from coderl.config.packaged import default_train_config
 from coderl.errors import ConfigError
@@ -50,9 +49,7 @@ def run_train(ns: argparse.Namespace) -> int:
             )
         overrides.append(f"run.dir={run_dir}")
     cfg = train_config(config_path, overrides, bare=getattr(ns, "bare", False))
-    get_loop(cfg.rollout.agent)  # an unknown loop is refused before the run directory and the model
-    if cfg.model.path is not None:
-        checked_model_path(cfg.model.path)  # ... and so is a model.path that is no checkpoint
+    refuse_early(cfg)
     run_dir = create_run_dir(cfg, "train", resume=bool(resume))
     console.print(f"run directory: {run_dir}")
     console.print(

@@ -108,10 +108,9 @@ class LiveText:
 
     def rest(self, content: str) -> str:
         """The final content still to send."""
-        if not content.startswith(self.sent) and self.sent == self.shown:
-            return ""  # nothing was sent past the client's own prefill, which went into a tool call
-        if not content.startswith(self.sent):  # cannot happen by construction; say so if it does
-            log.error("streamed content %r is not the start of the reply %r", self.sent, content)
+        if not content.startswith(self.sent):
+            if self.sent != self.shown:  # only the client's own prefill (it went into a tool call) may differ
+                log.error("streamed content %r is not the start of the reply %r", self.sent, content)
             return ""
         return content[len(self.sent) :]
 
