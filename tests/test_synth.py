@@ -273,3 +273,18 @@ async def test_bad_repositories_get_clear_errors(tmp_path: Path) -> None:
         await synthesize(failing, tmp_path / "out2", SynthOptions(n=1))
     with pytest.raises(TaskError, match="not a folder"):
         await synthesize(tmp_path / "missing", tmp_path / "out3", SynthOptions(n=1))
+
+
+@pytest.mark.slow
+async def test_a_second_run_replaces_its_repository_tasks_and_keeps_the_other_repositories(tmp_path: Path) -> None:
+    """Several repositories share one suite; synthesising one of them again replaces only its tasks."""
+    def ids(prefix: str) -> list[str]:
+        return sorted(t.id for t in load_tasks(f"native:{out}") if t.id.startswith(prefix))
+
+    out, calc = tmp_path / "suite", _calc_repo(tmp_path / "calc")
+    await synthesize(REPO, out, SynthOptions(n=3, validate=False))
+    await synthesize(calc, out, SynthOptions(n=2, validate=False))
+    first, theirs = ids("synth_repo-"), ids("calc-")
+    assert len(first) == 3 and len(theirs) == 2
+    await synthesize(REPO, out, SynthOptions(n=1, seed=1, validate=False))
+    assert len(ids("synth_repo-")) == 1 and ids("calc-") == theirs

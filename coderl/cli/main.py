@@ -220,7 +220,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Seeded AST mutations of REPO's library code, kept when its own tests catch them (some "
         "fail, some still pass); each becomes a task in OUT_DIR (native format: OUT_DIR/repos/<name>, "
         "OUT_DIR/tasks/<name>-sNNN) whose catching tests are withheld from the agent and run only at grading. "
-        "Every task is validated; drops are counted in OUT_DIR/synth-<name>.json. Use with tasks.source=native:OUT_DIR.",
+        "Every task is validated; drops are counted in OUT_DIR/synth-<name>.json. Use with tasks.source=native:OUT_DIR. "
+        "Run again into the same OUT_DIR, it replaces that repository's earlier tasks of the same --tier (other "
+        "repositories' tasks stay), so several repositories can share one suite.",
     )
     p.add_argument(
         "repo",
