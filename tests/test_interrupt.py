@@ -1,5 +1,6 @@
 """Ctrl-C (SIGINT) stops ``coderl train`` within seconds at any stage, exits 130 (never an abort from a
-thread still computing), leaves no sandbox mounted, and ``--resume`` continues the run."""
+thread still computing), leaves no sandbox mounted, and ``--resume`` continues the run. SIGTERM (what
+``timeout``, Slurm and Kubernetes send) does the same and exits 143."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -53,21 +54,29 @@ def _hear_ctrl_c() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def _interrupt(args: list[str], env: dict[str, str], log: Path, stage: str) -> tuple[int, float]:
-    """Start ``coderl train``, send SIGINT once a progress line of ``stage`` appears; (exit code,
-    seconds from the signal to the exit)."""
+def _deaf_to_ctrl_c() -> None:
+    """In the child: SIGINT ignored, as in a job started with ``nohup ... &``."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _interrupt(
+    args: list[str], env: dict[str, str], log: Path, stage: str, sig: int, ready: Callable[[], bool]
+) -> tuple[int, float]:
+    """Start ``coderl train``, send ``sig`` (SIGINT: Ctrl-C; SIGTERM with SIGINT ignored in the child)
+    once a progress line of ``stage`` has appeared and ``ready()``; (exit code, seconds from the signal
+    to the exit)."""
     with log.open("w") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "coderl", "train", *args], stdout=out, stderr=subprocess.STDOUT, env=env,
-            preexec_fn=_hear_ctrl_c,
+            preexec_fn=_hear_ctrl_c if sig == signal.SIGINT else _deaf_to_ctrl_c,
         )  # fmt: skip
     deadline = time.monotonic() + 600
-    while not re.search(stage, log.read_text()):
+    while not (re.search(stage, log.read_text()) and ready()):
         assert proc.poll() is None, log.read_text()[-3000:]
         assert time.monotonic() < deadline, f"no {stage!r} in 10 minutes: {log.read_text()[-3000:]}"
         time.sleep(0.1)
     sent = time.monotonic()
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     code = proc.wait(timeout=120)
     return code, time.monotonic() - sent
 
@@ -80,12 +89,17 @@ def _env(boxes: Path) -> dict[str, str]:
     return {**os.environ, "CODERL_PROGRESS_EVERY": "0.2", "CODERL_SANDBOX_DIR": str(boxes), "PYTHONUNBUFFERED": "1"}
 
 
-def _stopped_cleanly(args: list[str], env: dict[str, str], log: Path, stage: str, boxes: Path) -> None:
-    """Ctrl-C at ``stage`` (:func:`_interrupt`) ends the run in seconds, with exit code 130 and nothing left."""
-    code, took = _interrupt(args, env, log, stage)
+def _stopped_cleanly(
+    args: list[str], env: dict[str, str], log: Path, stage: str, boxes: Path, sig: int = signal.SIGINT,
+    ready: Callable[[], bool] = lambda: True,
+) -> None:
+    """Ctrl-C (or SIGTERM) at ``stage`` (:func:`_interrupt`) ends the run in seconds, with exit code 130
+    (143) and nothing left."""
+    code, took = _interrupt(args, env, log, stage, sig, ready)
     text = log.read_text()
-    assert code == 130, text[-3000:]  # not -6: no thread was left computing under the interpreter's exit
-    assert "coderl: interrupted" in text and "terminate called" not in text and "never retrieved" not in text
+    said = "coderl: interrupted" if sig == signal.SIGINT else "coderl: terminated (SIGTERM)"
+    assert code == 128 + sig, text[-3000:]  # not -6: no thread was left computing under the interpreter's exit
+    assert said in text and "terminate called" not in text and "never retrieved" not in text
     assert took < 20, f"{took:.1f} s from Ctrl-C to exit ({stage})"
     assert not re.search(stage + r"\d+/\d+ \(100%\)", text), text[-3000:]  # it landed inside the stage
     assert not [m for m in _mounts(boxes) if "/ws/" in m], _mounts(boxes)  # no workspace left mounted
@@ -119,3 +133,21 @@ def test_ctrl_c_in_an_async_run_with_rollouts_under_way_stops_it_and_resume_goes
     args = [*_run(run), "train.mode=async", "train.steps=2"]
     _stopped_cleanly(args, env, tmp_path / "run.log", r"step 1 update: ", boxes)
     assert _resumed_steps(run, env) == [1, 2]
+
+
+def test_sigterm_stops_the_run_as_ctrl_c_does_and_resume_goes_on(tmp_path: Path, boxes: Path) -> None:
+    """SIGTERM in the rollouts (the agent's sandboxes open) of a run that ignores SIGINT (a ``nohup``
+    job): every sandbox is closed, exit 143. Before, the process died on the spot and left a tmpfs
+    workspace mounted per open sandbox. --resume then finishes the run."""
+    run, env = tmp_path / "run", _env(boxes)
+    swe = [
+        "rollout.agent=swe", "rollout.tools=[show_function,replace_function,submit]", "rollout.max_turns=3",
+        "train.tasks_per_step=6", "train.group_size=8",
+    ]  # fmt: skip
+
+    def open_workspaces() -> bool:
+        return any("/ws/" in m for m in _mounts(boxes))
+
+    log = tmp_path / "run.log"
+    _stopped_cleanly([*_run(run), *swe], env, log, r"step 1 rollout: ", boxes, signal.SIGTERM, open_workspaces)
+    assert _resumed_steps(run, env) == [1]

@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 
 from coderl import __version__, allocator
 from coderl.cli.argtypes import at_least, port_number
+from coderl.cli.signals import stop_on_sigterm, terminated
 from coderl.errors import CoderlError
 from coderl.memory import bound_heap
 
@@ -342,11 +343,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"coderl: error: {exc}", file=sys.stderr)
         return 2
     try:
-        return int(ns.func(ns))
+        with stop_on_sigterm():
+            return int(ns.func(ns))
     except CoderlError as exc:
         print(f"coderl: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
+        if terminated():
+            print("coderl: terminated (SIGTERM)", file=sys.stderr)
+            return 143
         print("coderl: interrupted", file=sys.stderr)
         return 130
 
