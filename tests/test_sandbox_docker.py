@@ -1,11 +1,17 @@
 """The docker backend's pieces that need no daemon: the task image's recipe and tag, the finishing of
-its root file system, the errors that say how to get a daemon, and the safe extraction of what comes
-out of a container. (Against a real daemon: test_sandbox_contract, test_sandbox_containment and
-test_eval_docker.)"""
+its root file system, the errors that say how to get a daemon, the safe extraction of what comes
+out of a container, and who owns a container; and, against a real daemon, the removal of containers
+whose process was killed. (Against a real daemon too: test_sandbox_contract, test_sandbox_containment
+and test_eval_docker.)"""
 
 from __future__ import annotations
 
 import io
+import os
+import signal
+import socket
+import subprocess
+import sys
 import tarfile
 from dataclasses import replace
 from pathlib import Path
@@ -14,8 +20,11 @@ import pytest
 
 from coderl.cli.main import build_parser
 from coderl.errors import SandboxError
-from coderl.sandbox.docker import _untar_safely
+from coderl.sandbox import create_sandbox
+from coderl.sandbox.docker import _untar_safely, docker_cli
+from coderl.sandbox.docker_sweep import _swept, owner_alive, owner_label, sweep_stale_containers
 from coderl.sandbox.image import DEFAULT_RECIPE, REPOSITORY, _finish, build_image, image_tag
+from tests.sandbox_backends import spec_for
 
 
 def test_the_tag_is_the_digest_of_the_recipe() -> None:
@@ -88,3 +97,55 @@ def test_what_comes_out_of_a_container_stays_in_the_destination(tmp_path: Path) 
     assert sorted(skipped) == ["escape.txt", "out/etc", "out/pipe", "out/up"]
     assert sorted(p.name for p in dest.iterdir()) == ["inside", "ok.txt"]
     assert (dest / "inside").read_text() == "ok" and not (tmp_path / "escape.txt").exists()
+
+
+def test_a_container_owner_is_alive_only_while_its_very_process_runs() -> None:
+    assert owner_alive(owner_label())
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    gone = int(done.stdout)
+    assert not owner_alive(f"{socket.gethostname()}/{gone}/123")  # exited (or its pid reused: other start)
+    host, pid, start = owner_label().split("/")
+    assert not owner_alive(f"{host}/{pid}/{int(start) + 1}")  # this pid, another process's start time
+    assert owner_alive(f"another-host/{gone}/123")  # another host's container is not ours to judge
+
+
+_KEEP_ONE = """
+import asyncio, sys
+from coderl.sandbox import create_sandbox
+from coderl.sandbox.base import SandboxSpec
+
+async def main() -> None:
+    sb = await create_sandbox(SandboxSpec(backend="docker", image=sys.argv[1]))
+    print(sb.name, flush=True)
+    await asyncio.sleep(600)
+
+asyncio.run(main())
+"""
+
+
+async def test_containers_of_a_killed_process_are_removed_by_the_next_one() -> None:
+    """A run killed with SIGKILL leaves its containers running; the next process's first docker sandbox
+    removes them, and leaves a live process's container alone."""
+    spec = spec_for("docker")
+    child = subprocess.Popen(
+        [sys.executable, "-c", _KEEP_ONE, str(spec.image)], stdout=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": os.getcwd()},
+    )  # fmt: skip
+    assert child.stdout is not None
+    orphan = child.stdout.readline().strip()
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    cli = docker_cli()
+    running = subprocess.run([cli, "inspect", "--format", "{{.State.Running}}", orphan], capture_output=True, text=True)
+    assert running.stdout.strip() == "true"  # killed: nobody removed it
+    _swept.discard(cli)  # as in a new process
+    ours = await create_sandbox(spec)  # the first sandbox sweeps
+    try:
+        gone = subprocess.run([cli, "inspect", orphan], capture_output=True, text=True)
+        assert gone.returncode != 0, f"{orphan} is still there"
+        assert await sweep_stale_containers(cli) == 0  # once per process
+        _swept.discard(cli)
+        assert await sweep_stale_containers(cli) == 0  # ours is alive: kept
+        assert (await ours.exec("echo ok")).stdout.strip() == "ok"
+    finally:
+        await ours.close()

@@ -10,7 +10,8 @@ argument list) under the spec's rlimits (``ulimit``: CPU, address space, file si
 exec. Files move as tar streams through ``docker exec``; paths are resolved inside the container and
 must stay in the workspace; links are never written through, and links out of the folder are never
 copied out (``download`` reports them). ``sandbox.mounts`` (workspace sub-folders at other paths) is
-refused: a read-only root has nowhere to put them.
+refused: a read-only root has nowhere to put them. Containers whose process died without removing them
+are removed by the next process's first sandbox (:mod:`coderl.sandbox.docker_sweep`).
 
 The image needs bash, coreutils (``timeout``, ``realpath``) and tar: ``coderl sandbox image build``
 makes one with Python 3, pytest, git and patch (see :mod:`coderl.sandbox.image`).
@@ -30,6 +31,7 @@ from pathlib import Path
 
 from coderl.errors import SandboxError
 from coderl.sandbox.base import ExecResult, Sandbox, SandboxSpec, relative_path
+from coderl.sandbox.docker_sweep import LABEL, owner_label, sweep_stale_containers
 from coderl.sandbox.hostfs import extract_archive
 from coderl.sandbox.image import image_tag
 from coderl.sandbox.runner import EXEC_POOL, run_limited
@@ -186,9 +188,10 @@ class DockerSandbox(Sandbox):
             if not Path(path).exists():
                 raise SandboxError(f"sandbox.host_paths: {path} does not exist on this host")
         self._cli = docker_cli()
+        await sweep_stale_containers(self._cli)
         memory = s.memory_mb + s.disk_mb + TMP_MB  # the tmpfs mounts are charged to the container
         args = [
-            "run", "-d", "--name", self.name, "--init", "--read-only",
+            "run", "-d", "--name", self.name, "--label", f"{LABEL}={owner_label()}", "--init", "--read-only",
             "--tmpfs", f"/tmp:rw,exec,size={TMP_MB}m", "--tmpfs", f"{self._workdir}:rw,exec,size={s.disk_mb}m",
             "--memory", f"{memory}m", "--memory-swap", f"{memory}m", "--pids-limit", str(s.max_processes),
             "--cap-drop", "ALL", "--security-opt", "no-new-privileges", "--workdir", self._workdir,
