@@ -288,3 +288,20 @@ async def test_a_second_run_replaces_its_repository_tasks_and_keeps_the_other_re
     assert len(first) == 3 and len(theirs) == 2
     await synthesize(REPO, out, SynthOptions(n=1, seed=1, validate=False))
     assert len(ids("synth_repo-")) == 1 and ids("calc-") == theirs
+
+
+def test_a_synth_that_keeps_no_task_says_so_and_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Tests that assert nothing catch no mutant: an error naming what was run and dropped, not a
+    "0 tasks ... load them with" line and exit 0 under --json."""
+    repo = tmp_path / "blind"
+    (repo / "lib").mkdir(parents=True)
+    (repo / "lib" / "__init__.py").write_text("")
+    (repo / "lib" / "calc.py").write_text(CALC)
+    (repo / "tests").mkdir()
+    (repo / "tests" / "test_calc.py").write_text("from lib.calc import total\n\n\ndef test_runs():\n    total([1])\n")
+    args = ["tasks", "synth", str(repo), str(tmp_path / "out"), "--n", "1", "--no-validate"]
+    assert main(args) == 1
+    said = capsys.readouterr().err
+    assert "no task kept" in said and "uncaught" in said and "--max-tries" in said and "load them" not in said
+    assert main([*args, "--json"]) == 1
+    assert json.loads(capsys.readouterr().out)["kept"] == 0

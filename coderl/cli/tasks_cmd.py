@@ -108,12 +108,17 @@ def run_tasks_synth(ns: argparse.Namespace) -> int:
         summary = asyncio.run(synthesize(ns.repo, Path(ns.out), opts, cfg.sandbox, ns.name, on_progress))
     if ns.json:
         print(json.dumps(summary))
-        return 0
-    dropped = ", ".join(f"{k} {v}" for k, v in summary["dropped"].items())
-    console.print(
-        f"{summary['kept']} tasks in {ns.out}/tasks ({summary['tried']} of {summary['mutation_sites']} mutants run; "
-        f"dropped: {dropped}); load them with tasks.source=native:{ns.out}"
-    )
+        return 0 if summary["kept"] else 1
+    dropped = ", ".join(f"{k} {v}" for k, v in summary["dropped"].items() if v) or "none"
+    ran = f"{summary['tried']} of {summary['mutation_sites']} mutants run; dropped: {dropped}"
+    if not summary["kept"]:
+        console.print(
+            f"coderl: error: no task kept ({ran}); allow more mutants with --max-tries, or widen the "
+            "choice (--bug-in, --max-lines)",
+            highlight=False,
+        )
+        return 1
+    console.print(f"{summary['kept']} tasks in {ns.out}/tasks ({ran}); load them with tasks.source=native:{ns.out}")
     kinds = summary["by_kind"]
     if kinds:  # each kind's share of the kept tasks, and how many of its mutants were kept
         console.print("by kind (share of kept, kept/tried): " + ", ".join(
