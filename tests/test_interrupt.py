@@ -100,6 +100,8 @@ def _stopped_cleanly(
     said = "coderl: interrupted" if sig == signal.SIGINT else "coderl: terminated (SIGTERM)"
     assert code == 128 + sig, text[-3000:]  # not -6: no thread was left computing under the interpreter's exit
     assert said in text and "terminate called" not in text and "never retrieved" not in text
+    # every rollout unwound before the run's own clean-up (not the at-exit fallback, not cut off)
+    assert "never closed" not in text and "never awaited" not in text and "destroyed but it is pending" not in text
     assert took < 20, f"{took:.1f} s from Ctrl-C to exit ({stage})"
     assert not re.search(stage + r"\d+/\d+ \(100%\)", text), text[-3000:]  # it landed inside the stage
     assert not [m for m in _mounts(boxes) if "/ws/" in m], _mounts(boxes)  # no workspace left mounted
@@ -151,3 +153,17 @@ def test_sigterm_stops_the_run_as_ctrl_c_does_and_resume_goes_on(tmp_path: Path,
     log = tmp_path / "run.log"
     _stopped_cleanly([*_run(run), *swe], env, log, r"step 1 rollout: ", boxes, signal.SIGTERM, open_workspaces)
     assert _resumed_steps(run, env) == [1]
+
+
+def test_a_stop_during_the_last_validation_is_made_good_by_resume(tmp_path: Path, boxes: Path) -> None:
+    """The checkpoint is saved before the step validates; Ctrl-C during that validation used to lose
+    it for good (--resume went on after the checkpoint's step, and the run ended with no final
+    held-out figure). Now --resume validates that step first and records it whole."""
+    run, env = tmp_path / "run", _env(boxes)
+    held = "train.val_tasks=bundled:strkit-001,strkit-002,strkit-003,numkit-001"
+    args = [*_run(run), held, "train.val_samples=8", "train.val_temperature=1.0"]
+    _stopped_cleanly(args, env, tmp_path / "run.log", r"step 1: val: ", boxes)
+    assert (run / "checkpoints" / "step-000001").is_dir()  # the step itself was saved
+    assert _resumed_steps(run, env) == [0, 1]
+    last = checkpoints.read_metrics(run / "metrics.jsonl")[-1]
+    assert last["step"] == 1 and last["val_tasks"] == 4 and "val_pass_at_1" in last

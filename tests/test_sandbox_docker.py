@@ -6,6 +6,7 @@ and test_eval_docker.)"""
 
 from __future__ import annotations
 
+import asyncio
 import io
 import os
 import signal
@@ -21,7 +22,7 @@ import pytest
 from coderl.cli.main import build_parser
 from coderl.errors import SandboxError
 from coderl.sandbox import create_sandbox
-from coderl.sandbox.docker import _untar_safely, docker_cli
+from coderl.sandbox.docker import DockerSandbox, _untar_safely, docker_cli
 from coderl.sandbox.docker_sweep import _swept, owner_alive, owner_label, sweep_stale_containers
 from coderl.sandbox.image import DEFAULT_RECIPE, REPOSITORY, _finish, build_image, image_tag
 from tests.sandbox_backends import spec_for
@@ -149,3 +150,24 @@ async def test_containers_of_a_killed_process_are_removed_by_the_next_one() -> N
         assert (await ours.exec("echo ok")).stdout.strip() == "ok"
     finally:
         await ours.close()
+
+
+async def test_a_start_cancelled_once_the_container_exists_leaves_no_container() -> None:
+    """Ctrl-C while `docker run` is under way: the daemon makes the container whether or not the CLI
+    is still there. The close that follows the cancelled start removes it (it was left running)."""
+    spec, cli = spec_for("docker"), docker_cli()
+    sb = DockerSandbox(spec)
+    start = asyncio.ensure_future(sb.start())
+
+    def listed() -> str:
+        ps = [cli, "ps", "-aq", "--filter", f"name={sb.name}"]
+        return subprocess.run(ps, capture_output=True, text=True).stdout.strip()
+
+    while not listed():
+        assert not start.done(), "started before it could be cancelled"
+        await asyncio.sleep(0.01)
+    start.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await start
+    await sb.close()  # as create_sandbox does after a failed start
+    assert not listed(), f"{sb.name} was left behind"

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Protocol
 
 from coderl.errors import SandboxError
+from coderl.gathering import settle
 from coderl.sandbox import Sandbox
 from coderl.types import Task
 
@@ -64,6 +65,13 @@ class BaselineCache:
     def folder(self) -> Path | None:
         """Where the baselines are kept (None until the first one is built)."""
         return self._root
+
+    async def aclose(self) -> None:
+        """Stop the builds still going (after a cancel: nobody waits for them; their sandboxes are
+        closed as they stop), then :meth:`close`."""
+        building, self._building = list(self._building.values()), {}
+        await settle(building)
+        self.close()
 
     def close(self) -> None:
         """Remove every baseline folder; the cache can be used again afterwards (it starts empty)."""

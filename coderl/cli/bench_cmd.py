@@ -9,7 +9,6 @@ themselves are library functions in :mod:`coderl.bench` returning one dict.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import importlib
 import json
 from collections.abc import Callable
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from coderl.cli.argtypes import at_least, number_list
+from coderl.cli.signals import run as run_command
 
 if TYPE_CHECKING:  # the parser is built for --help: nothing heavy is imported until a bench runs
     from rich.console import Console
@@ -47,21 +47,21 @@ class Bench:
 def _engine(cfg: Config, ns: argparse.Namespace, console: Console) -> dict[str, Any]:
     from coderl.bench.engine import bench_engine
 
-    return asyncio.run(bench_engine(cfg, quick=ns.quick, console=console))
+    return run_command(bench_engine(cfg, quick=ns.quick, console=console))
 
 
 def _speculate(cfg: Config, ns: argparse.Namespace, console: Console) -> dict[str, Any]:
     from coderl.bench.speculate import bench_speculate
 
     path = Path(ns.trajectories) if ns.trajectories else None
-    return asyncio.run(bench_speculate(cfg, path, ns.speculate, quick=ns.quick, console=console))
+    return run_command(bench_speculate(cfg, path, ns.speculate, quick=ns.quick, console=console))
 
 
 def _invariant(cfg: Config, ns: argparse.Namespace, console: Console) -> dict[str, Any]:
     from coderl.bench.invariant import bench_invariant
 
     path = Path(ns.trajectories) if ns.trajectories else None
-    return asyncio.run(bench_invariant(cfg, path, quick=ns.quick, console=console))
+    return run_command(bench_invariant(cfg, path, quick=ns.quick, console=console))
 
 
 def _load(cfg: Config, ns: argparse.Namespace, console: Console) -> dict[str, Any]:
@@ -80,13 +80,13 @@ def _engine_cuda(cfg: Config, ns: argparse.Namespace, console: Console) -> dict[
     from coderl.bench.engine_cuda import bench_engine_cuda
 
     modes = tuple(m.strip() for m in ns.modes.split(",") if m.strip())
-    return asyncio.run(bench_engine_cuda(cfg, quick=ns.quick, console=console, modes=modes))
+    return run_command(bench_engine_cuda(cfg, quick=ns.quick, console=console, modes=modes))
 
 
 def _sandbox(cfg: Config, ns: argparse.Namespace, console: Console) -> dict[str, Any]:
     from coderl.bench.sandbox import bench_sandbox
 
-    return asyncio.run(bench_sandbox(cfg.sandbox, quick=ns.quick, console=console))
+    return run_command(bench_sandbox(cfg.sandbox, quick=ns.quick, console=console))
 
 
 def _synth(cfg: Config, ns: argparse.Namespace, console: Console) -> dict[str, Any]:
@@ -98,7 +98,7 @@ def _synth(cfg: Config, ns: argparse.Namespace, console: Console) -> dict[str, A
 def _rollout(cfg: Config, ns: argparse.Namespace, console: Console) -> dict[str, Any]:
     from coderl.bench.rollout import bench_rollout
 
-    return asyncio.run(
+    return run_command(
         bench_rollout(cfg, ns.latency, quick=ns.quick, model_eval=not ns.no_model_eval, console=console)
     )
 
@@ -133,7 +133,7 @@ def _rl(cfg: Config, ns: argparse.Namespace, console: Console) -> dict[str, Any]
 def _proxy(cfg: Config, ns: argparse.Namespace, console: Console) -> dict[str, Any]:
     from coderl.bench.proxy import bench_proxy
 
-    return asyncio.run(
+    return run_command(
         bench_proxy(
             quick=ns.quick, latency_s=ns.latency, calls=ns.calls, litellm=not ns.no_litellm, console=console
         )
@@ -158,7 +158,7 @@ def _agents(cfg: Config, ns: argparse.Namespace, console: Console) -> dict[str, 
 
     agents = [a.strip() for a in ns.agents.split(",") if a.strip()]
     tasks = 1 if ns.quick else ns.tasks
-    return asyncio.run(bench_agents(cfg, agents, tasks, console=console, overrides=list(ns.config_overrides)))
+    return run_command(bench_agents(cfg, agents, tasks, console=console, overrides=list(ns.config_overrides)))
 
 
 RL_QUICK = [

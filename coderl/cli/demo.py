@@ -14,6 +14,7 @@ from rich.table import Table
 
 from coderl.chat import ChatFormat
 from coderl.cli.common import config_from_args
+from coderl.cli.signals import run as run_command
 from coderl.config import Config
 from coderl.engine import SamplingParams, create_engine
 from coderl.engine.embedded import EmbeddedEngine
@@ -34,7 +35,7 @@ PROMPTS = [
 
 def run_demo(ns: argparse.Namespace) -> int:
     cfg = config_from_args(ns)
-    return asyncio.run(_demo(cfg, max(1, ns.requests), max(1, ns.max_tokens)))
+    return run_command(_demo(cfg, max(1, ns.requests), max(1, ns.max_tokens)))
 
 
 async def _demo(cfg: Config, n_requests: int, max_tokens: int) -> int:

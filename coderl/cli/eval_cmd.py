@@ -4,13 +4,13 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
 from coderl.cli.common import config_from_args, refuse_early
+from coderl.cli.signals import run as run_command
 from coderl.cluster.backend import RolloutBackend
 from coderl.config import Config
 from coderl.progress import progress_bars
@@ -22,12 +22,12 @@ from coderl.tasks import load_tasks
 
 
 def run_eval(ns: argparse.Namespace) -> int:
-    asyncio.run(_run(config_from_args(ns), "eval", grade=True))
+    run_command(_run(config_from_args(ns), "eval", grade=True))
     return 0
 
 
 def run_rollout(ns: argparse.Namespace) -> int:
-    asyncio.run(_run(config_from_args(ns), "rollout", grade=False))
+    run_command(_run(config_from_args(ns), "rollout", grade=False))
     return 0
 
 
@@ -46,7 +46,7 @@ def run_calibrate(ns: argparse.Namespace) -> int:
             "tasks": cfg.tasks.model_copy(update={"source": cfg.train.tasks}),
         }
     )
-    results = asyncio.run(_run(cfg, "calibrate", grade=True))
+    results = run_command(_run(cfg, "calibrate", grade=True))
     estimates: dict[str, Estimate] = {}
     for r in results:
         est = estimates.setdefault(r.trajectory.task_id, Estimate())

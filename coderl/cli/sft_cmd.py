@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -11,6 +10,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 
 from coderl.cli.common import refuse_early
+from coderl.cli.signals import run as run_command
 from coderl.cli.train_cmd import train_config
 from coderl.config import Config
 from coderl.errors import ConfigError
@@ -47,7 +47,7 @@ def run_sft(ns: argparse.Namespace) -> int:
     unseen = train_and_held_out(t.tasks, t.val_tasks, t.val_size, t.val_also, t.dev_size, before).unseen()
     chat = ChatFormat.for_model(cfg.model)
     with console.status("making demonstrations"):
-        demos, made = asyncio.run(build_demos(cfg, chat, unseen))
+        demos, made = run_command(build_demos(cfg, chat, unseen))
     console.print(f"{len(demos)} demonstrations: {json.dumps(made)}")
     check_demos(demos, made)
     (run_dir / "demos.json").write_text(json.dumps({"sources": made, "task_ids": [d.task_id for d in demos]}))

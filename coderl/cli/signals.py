@@ -1,24 +1,30 @@
 """SIGTERM stops a command as Ctrl-C does. ``timeout``, ``kill``, systemd, Slurm and Kubernetes end a
 process with SIGTERM, whose default is to die on the spot: sandboxes stay mounted, containers stay up,
-the work in flight is not wound down. Here SIGTERM goes through whatever SIGINT does at that moment (in
-``asyncio.run``: cancel the main task, then raise KeyboardInterrupt; elsewhere raise it), so every
-``finally`` runs, and the command exits 143 (128 + SIGTERM) instead of 130."""
+the work in flight is not wound down. Here SIGTERM cancels the command's main task, as ``asyncio.run``
+does on Ctrl-C (its work unwinds: every ``finally`` runs, every sandbox is closed), also when SIGINT
+is ignored (a job started in the background); outside :func:`run` it raises KeyboardInterrupt as
+Ctrl-C does. A second SIGTERM raises KeyboardInterrupt at once. The command exits 143 (128 + SIGTERM)
+instead of Ctrl-C's 130."""
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from contextlib import contextmanager
 from types import FrameType
+from typing import Any, TypeVar
 
-_state = {"terminated": False}
+T = TypeVar("T")
+
+_state: dict[str, Any] = {"terminated": False, "main": None}
 
 
 @contextmanager
 def stop_on_sigterm() -> Iterator[None]:
-    """Inside: SIGTERM goes through the current SIGINT handler; the previous SIGTERM handler is put
-    back after. Outside the main thread (where no handler can be set) it changes nothing."""
+    """Inside: SIGTERM stops the command (module doc); the previous SIGTERM handler is put back after.
+    Outside the main thread (where no handler can be set) it changes nothing."""
     _state["terminated"] = False
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -32,13 +38,37 @@ def stop_on_sigterm() -> Iterator[None]:
 
 def terminated() -> bool:
     """Whether SIGTERM arrived since :func:`stop_on_sigterm` was entered."""
-    return _state["terminated"]
+    return bool(_state["terminated"])
+
+
+def run(main: Coroutine[Any, Any, T]) -> T:
+    """``asyncio.run(main)`` for a command: SIGTERM cancels ``main`` and waits for it to unwind, then
+    raises KeyboardInterrupt (as Ctrl-C does in ``asyncio.run``)."""
+    try:
+        return asyncio.run(_as_main(main))
+    except asyncio.CancelledError:
+        if terminated():
+            raise KeyboardInterrupt from None
+        raise
+
+
+async def _as_main(main: Coroutine[Any, Any, T]) -> T:
+    here = threading.current_thread() is threading.main_thread()
+    if here:
+        _state["main"] = asyncio.current_task()
+    try:
+        return await main
+    finally:
+        if here:
+            _state["main"] = None
 
 
 def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    first = not _state["terminated"]
     _state["terminated"] = True
-    handler = signal.getsignal(signal.SIGINT)
-    if callable(handler):  # asyncio.run's, or Python's default_int_handler
-        handler(signum, frame)
+    task = _state["main"]
+    if first and task is not None and not task.done():
+        task.cancel()
+        task.get_loop().call_soon_threadsafe(lambda: None)  # wake the loop from its wait
         return
-    raise KeyboardInterrupt  # SIGINT ignored (a background job) or default: stop all the same
+    raise KeyboardInterrupt  # outside an event loop, or a second SIGTERM: stop now, as Ctrl-C does

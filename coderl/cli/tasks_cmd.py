@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -13,6 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsed
 from rich.table import Table
 
 from coderl.cli.common import config_from_args
+from coderl.cli.signals import run as run_command
 from coderl.errors import ConfigError
 from coderl.progress import progress_bars
 from coderl.tasks import load_tasks
@@ -64,7 +64,7 @@ def run_tasks_validate(ns: argparse.Namespace) -> int:
             if not check.ok:
                 progress.console.print(f"[red]{check.task_id}[/red]: " + "; ".join(check.problems))
 
-        report = asyncio.run(validate_tasks(tasks, cfg.sandbox, cfg.tasks.concurrency, done))
+        report = run_command(validate_tasks(tasks, cfg.sandbox, cfg.tasks.concurrency, done))
     if ns.json:
         print(json.dumps(report))
     else:
@@ -105,7 +105,7 @@ def run_tasks_synth(ns: argparse.Namespace) -> int:
     console = Console(stderr=True)
     with progress_bars(console) as progress:
         on_progress = progress_callback(progress, opts.n)
-        summary = asyncio.run(synthesize(ns.repo, Path(ns.out), opts, cfg.sandbox, ns.name, on_progress))
+        summary = run_command(synthesize(ns.repo, Path(ns.out), opts, cfg.sandbox, ns.name, on_progress))
     if ns.json:
         print(json.dumps(summary))
         return 0 if summary["kept"] else 1

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 from pathlib import Path
 
 from rich.console import Console
 
 from coderl.cli.common import refuse_early
+from coderl.cli.signals import run as run_command
 from coderl.config import Config, load_config
 from coderl.config.packaged import default_train_config
 from coderl.errors import ConfigError
@@ -56,6 +56,6 @@ def run_train(ns: argparse.Namespace) -> int:
         f"compute dtype: engine {cfg.model.dtype}, actor {cfg.actor.dtype} ({describe_bf16(cfg.model.device)})",
         highlight=False,
     )
-    report = asyncio.run(Trainer(cfg, run_dir, console).run(resume=bool(resume)))
+    report = run_command(Trainer(cfg, run_dir, console).run(resume=bool(resume)))
     console.print(f"report: {report}")
     return 0

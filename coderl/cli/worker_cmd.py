@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 from pathlib import Path
 
 from coderl.cli.common import config_from_args
+from coderl.cli.signals import run as run_command
 from coderl.config import Config
 
 
@@ -25,5 +25,5 @@ def run_proxy_worker(ns: argparse.Namespace) -> int:
 
     cfg = config_from_args(ns)
     engine = create_engine(cfg.engine, cfg.model, seed=cfg.run.seed)
-    asyncio.run(serve_worker(engine, cfg.relay, model=served_model_name(cfg)))
+    run_command(serve_worker(engine, cfg.relay, model=served_model_name(cfg)))
     return 0

@@ -34,6 +34,7 @@ from coderl.agents.baseline import BaselineCache
 from coderl.agents.guide import Guide
 from coderl.engine.base import Engine, EngineView
 from coderl.engine.params import SamplingParams
+from coderl.gathering import gather_all
 from coderl.rollout.config import RolloutConfig
 from coderl.rollout.context import ContextFactory
 from coderl.rollout.store import TrajectoryStore
@@ -209,13 +210,12 @@ async def run_rollouts(
             on_done(result)
         return result
 
-    try:
-        jobs = [one(group, i) for group in groups for i in range(group.size)]
-        return list(await asyncio.gather(*jobs))
+    try:  # every rollout has handed over its sandbox before the tear-downs are released
+        return await gather_all(one(group, i) for group in groups for i in range(group.size))
     finally:
         if teardowns is not None:
             teardowns.release()
-        baselines.close()
+        await baselines.aclose()
 
 
 async def _grade(result: RolloutResult, task: Task, sandbox: SandboxSpec, reward: RewardMode) -> None:

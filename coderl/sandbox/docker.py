@@ -172,6 +172,9 @@ class DockerSandbox(Sandbox):
         self._keep = ""
         self._lock = asyncio.Lock()
         self._started = False
+        self._launch: asyncio.Future[ExecResult] | None = None
+        """The ``docker run`` (once issued): a close waits for it, so a container made while the start
+        was being cancelled is removed too."""
         self.image = spec.image or image_tag()
         """The container image: ``sandbox.image``, else coderl's task image (``coderl sandbox image build``)."""
 
@@ -200,7 +203,9 @@ class DockerSandbox(Sandbox):
             args += ["--network", "none"]
         for path in s.host_paths:
             args += ["--volume", f"{path}:{path}:ro"]
-        r = await self._run(*args, self.image, "sleep", "infinity", timeout=300)
+        # not cut short by a cancel: the daemon would make the container after the CLI is gone
+        self._launch = asyncio.ensure_future(self._run(*args, self.image, "sleep", "infinity", timeout=300))
+        r = await asyncio.shield(self._launch)
         if r.exit_code != 0 or r.timed_out:
             await self._run("rm", "-f", self.name, timeout=60)
             raise SandboxError(await self._start_failure(r))
@@ -298,7 +303,8 @@ class DockerSandbox(Sandbox):
         )
 
     async def _close(self) -> None:
-        if self._started:
+        if self._launch is not None:  # started, or its start cut short (then wait for the run to end)
+            await asyncio.wait([self._launch])
             await self._run("rm", "-f", self.name, timeout=60)
 
     # -- helpers -------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from coderl.gathering import gather_all
 from coderl.sandbox import SandboxSpec
 from coderl.tasks.grading import grade
 from coderl.types import Task
@@ -83,7 +84,7 @@ async def validate_tasks(
             on_done(check)
         return check
 
-    checks = await asyncio.gather(*(one(t) for t in tasks))
+    checks = await gather_all(one(t) for t in tasks)  # a cancel returns once every check has closed its sandbox
     failures = [{"id": c.task_id, "problems": c.problems} for c in checks if not c.ok]
     return {
         "total": len(checks),

@@ -126,6 +126,8 @@ class Trainer:
         self.demonstrated: set[str] = set()  # tasks the warm start imitated (this run's, or model.path's)
         self.signal = SignalWatch(cfg.train.signal_patience, cfg.train.group_size)
         """Steps in a row whose groups could not teach, and the warning when there are too many."""
+        self.owed: dict[str, Any] | None = None
+        """A resumed checkpoint's step row whose validation the stop cut short: validated before step 1 goes on."""
 
     # ------------------------------------------------------------------ set-up
     def held_out(self) -> list[Task]:
@@ -206,7 +208,12 @@ class Trainer:
             self.curriculum.load(state.get("curriculum") or {"cursor": state.get("cursor", 0)})
             self.start_step = int(state["step"]) + 1
             dropped = checkpoints.truncate_metrics(self.run_dir / "metrics.jsonl", int(state["step"]))
-            checkpoints.restore_row(self.run_dir / "metrics.jsonl", state.get("row"))
+            row = state.get("row")
+            recorded = any(r.get("step") == int(state["step"]) for r in checkpoints.read_metrics(self.run_dir / "metrics.jsonl"))
+            if row is not None and not recorded and self._validates(row):
+                self.owed = row  # the stop came during its validation (the checkpoint is saved first)
+            else:
+                checkpoints.restore_row(self.run_dir / "metrics.jsonl", row)
             await self._sync(int(state["policy_version"]))
             self.console.print(
                 f"resumed from {folder} (step {state['step']}); {dropped} metric rows of lost steps dropped"
@@ -262,6 +269,11 @@ class Trainer:
                     self._record(start, sinks)
                 if cfg.sft.before_rl and not any(r.get("phase") == "sft" for r in self.rows):
                     self._record(await self._warm_start(progress), sinks)
+                if self.owed is not None:  # a step's validation cut short: run it, then record the step
+                    owed, self.owed = self.owed, None
+                    owed.update(await (await self._validation(progress)).run(int(owed["step"])))
+                    self._record(owed, sinks)
+                    self.console.print(f"step {owed['step']}: validated again (the stop came during its validation)")
                 if cfg.train.calibrate_tasks and self.start_step == 1 and not any(
                     r.get("phase") == "calibrate" for r in self.rows
                 ):
@@ -393,9 +405,7 @@ class Trainer:
         if step % cfg.train.save_every == 0 or last:
             with timer("save"):
                 await in_own_thread(self._save, step, {**row, **timer.row()})
-        if (self.val_tasks or self.val_also_tasks) and (
-            last or (cfg.train.val_every and step % cfg.train.val_every == 0)
-        ):
+        if self._validates(row):
             with timer("validate"):
                 row.update(await (await self._validation(progress)).run(step))
         row.update(timer.row())
@@ -411,6 +421,13 @@ class Trainer:
             trainer_idle_fraction=round(trainer_idle / max(wall, 1e-9), 4),
         )
         return row
+
+    def _validates(self, row: dict[str, Any]) -> bool:
+        """Whether the step of ``row`` validates: the last one (``last_step``) and every ``train.val_every``-th."""
+        every = self.cfg.train.val_every
+        return bool(self.val_tasks or self.val_also_tasks) and (
+            bool(row.get("last_step")) or bool(every and int(row["step"]) % every == 0)
+        )
 
     async def _warm_start(self, progress: Progress) -> dict[str, Any]:
         """Supervised warm start on ``sft.data`` (never held-out tasks), then the RL phase's fresh

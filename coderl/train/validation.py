@@ -16,7 +16,6 @@ ledger and bounds) or draw training tasks.
 
 from __future__ import annotations
 
-import asyncio
 import re
 import time
 from collections.abc import Awaitable, Callable
@@ -25,6 +24,7 @@ from typing import Any
 
 from rich.console import Console
 
+from coderl.gathering import gather_all
 from coderl.rollout.config import RolloutConfig
 from coderl.rollout.report import build_report
 from coderl.rollout.runner import RolloutGroup, RolloutResult, task_groups
@@ -107,7 +107,7 @@ class Validation:
             sets.append(self._set(step, name, tasks, also_prefix(i), val_t, t.val_samples, source))
         row: dict[str, Any] = {}
         began = time.perf_counter()
-        for done in await asyncio.gather(*sets):  # at once: the engine batches one set's samples with another's
+        for done in await gather_all(sets):  # at once: the engine batches one set's samples with another's
             row.update(done)
         if sets:
             row["validation_s"] = round(time.perf_counter() - began, 2)  # the point's wall clock, every set

@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from coderl.errors import TaskError
+from coderl.gathering import gather_all
 from coderl.sandbox import SandboxSpec
 from coderl.tasks.junit import JUnitCase
 from coderl.tasks.native import load_native_task
@@ -363,7 +364,7 @@ async def synthesize(
                 if on_progress is not None:
                     on_progress("mutants", state)
 
-    await asyncio.gather(*(worker() for _ in range(max(1, opts.concurrency))))
+    await gather_all(worker() for _ in range(max(1, opts.concurrency)))  # a cancel waits for every suite runner
     # the first n caught in the seeded order, whichever worker finished first: every mutant before the
     # n-th of them ran (the queue hands them out in order, and each one taken runs to its end)
     state.kept.sort(key=lambda k: k.order)
@@ -546,5 +547,5 @@ async def _validate(
             failures[folder.name] = problems
         tick()
 
-    await asyncio.gather(*(one(f) for f in folders))
+    await gather_all(one(f) for f in folders)
     return failures
