@@ -1,21 +1,29 @@
 """`coderl sandbox serve`'s own guarantees, over real HTTP on loopback with bwrap behind it: who may
-use which sandbox, the per-client limit, the specs it refuses, and the idle limit that closes the
-sandboxes of a client that died without closing them."""
+use which sandbox, the per-client limit, the specs it refuses, the idle limit that closes the
+sandboxes of a client that died without closing them, and a stop (SIGTERM) that does not wait for a
+long command."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
 import time
+from pathlib import Path
 
 import httpx
 import pytest
 
 from coderl.errors import SandboxError
 from coderl.sandbox import SandboxSpec, create_sandbox
-from coderl.sandbox.hostsetup import state_dir
+from coderl.sandbox.hostsetup import state_dir, unmount
 from coderl.sandbox.server import create_sandbox_app
-from tests.servers import serve
+from tests.servers import free_port, serve
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
 
@@ -88,3 +96,49 @@ async def test_a_sandbox_no_request_uses_is_closed_after_the_idle_limit_and_a_ru
         await busy.close()
         assert not busy_workspace.exists()
         await idle.close()  # the server has already closed it: the client's close says nothing
+
+
+def test_sigterm_ends_a_running_command_at_once_and_the_server_exits_143() -> None:
+    """`coderl sandbox serve` told to stop while a client waits on `sleep 60`: the command is killed,
+    the client gets a 503 saying why, the server exits 143 within seconds (it used to wait for the
+    command: 40 s for a `sleep 40`, past a container platform's 30 s grace) and leaves no workspace."""
+    boxes, port = Path(tempfile.mkdtemp(prefix="coderl-serve-test-")), free_port()  # as /tmp's, traversable
+    env = {**os.environ, "CODERL_SANDBOX_DIR": str(boxes)}
+    argv = [sys.executable, "-m", "coderl", "sandbox", "serve", f"server.tokens=[{A}]", f"server.port={port}"]
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None and time.monotonic() < deadline, "the server did not start"
+            try:
+                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        sid = httpx.post(f"{url}/sandboxes", json={}, headers=_bearer(A), timeout=30).json()["id"]
+        answer: list[httpx.Response] = []
+        cmd = {"cmd": "sleep 60", "timeout": 120}
+        waiter = threading.Thread(
+            target=lambda: answer.append(httpx.post(f"{url}/sandboxes/{sid}/exec", json=cmd, headers=_bearer(A), timeout=120))
+        )
+        waiter.start()
+        time.sleep(1.0)  # the command is running
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=60)
+        took = time.monotonic() - sent
+        waiter.join(timeout=30)
+        out = proc.stdout.read() if proc.stdout else ""
+    finally:
+        proc.kill()
+        proc.wait()
+        for line in Path("/proc/mounts").read_text().splitlines():
+            if str(boxes) in line:
+                unmount(Path(line.split()[1]))
+        left = list((boxes / "ws").iterdir()) if (boxes / "ws").is_dir() else []
+        shutil.rmtree(boxes, ignore_errors=True)
+    assert answer and answer[0].status_code == 503, (answer[0].text if answer else None, out[-800:])
+    assert code == 143 and took < 10, (code, took, out[-2000:])
+    assert answer and answer[0].status_code == 503 and "shutting down" in answer[0].text, out[-2000:]
+    assert "Traceback" not in out and not left, out[-2000:]

@@ -12,9 +12,8 @@ from coderl.ports import check_host
 
 
 def run_sandbox_serve(ns: argparse.Namespace) -> int:
-    import uvicorn
-
-    from coderl.sandbox.server import create_sandbox_app
+    from coderl.sandbox.server import SandboxServer, create_sandbox_app
+    from coderl.serving import serve_until_stopped, server_config
 
     cfg = config_from_args(ns)
     check_host(cfg.server.host)
@@ -35,8 +34,8 @@ def run_sandbox_serve(ns: argparse.Namespace) -> int:
     app = create_sandbox_app(
         tokens, spec, max_sandboxes=cfg.server.max_sandboxes, idle_s=cfg.server.sandbox_idle_s
     )
-    uvicorn.run(app, host=cfg.server.host, port=cfg.server.port, log_level=cfg.run.log_level)
-    return 0
+    config = server_config(app, cfg.server.host, cfg.server.port, cfg.run.log_level)
+    return serve_until_stopped(SandboxServer(config, app.state.stop_commands))
 
 
 def run_sandbox_image_build(ns: argparse.Namespace) -> int:

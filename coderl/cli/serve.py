@@ -15,6 +15,7 @@ def run_engine_serve(ns: argparse.Namespace) -> int:
     from coderl.checkpoint import DEFAULT_MODEL_NAME, load_tokenizer, resolve_checkpoint
     from coderl.engine import create_engine
     from coderl.engine.server import create_app
+    from coderl.serving import serve_until_stopped, server_config
 
     cfg = config_from_args(ns)
     if cfg.engine.type != "embedded":
@@ -24,5 +25,4 @@ def run_engine_serve(ns: argparse.Namespace) -> int:
     name = DEFAULT_MODEL_NAME if cfg.model.path is None else folder.name
     engine = create_engine(cfg.engine, cfg.model, seed=cfg.run.seed)
     app = create_app(engine, name, tokenizer=load_tokenizer(folder), api_key=cfg.server.api_key)
-    uvicorn.run(app, host=cfg.server.host, port=cfg.server.port, log_level=cfg.run.log_level)
-    return 0
+    return serve_until_stopped(uvicorn.Server(server_config(app, cfg.server.host, cfg.server.port, cfg.run.log_level)))

@@ -13,6 +13,7 @@ from coderl.ports import check_host, free_port
 def run_view(ns: argparse.Namespace) -> int:
     import uvicorn
 
+    from coderl.serving import serve_until_stopped, server_config
     from coderl.viewer.app import create_viewer_app
     from coderl.viewer.data import find_runs
 
@@ -24,5 +25,4 @@ def run_view(ns: argparse.Namespace) -> int:
     check_host(ns.host, "--host")
     port = ns.port or free_port(ns.host)  # 0: a free one, named in the URL printed below
     print(f"coderl view: http://{ns.host}:{port}/  (Ctrl-C to stop)", file=sys.stderr)
-    uvicorn.run(create_viewer_app(root), host=ns.host, port=port, log_level="warning")
-    return 0
+    return serve_until_stopped(uvicorn.Server(server_config(create_viewer_app(root), ns.host, port, "warning")))

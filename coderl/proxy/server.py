@@ -5,22 +5,18 @@ for every open response to finish. A proxy response is a generation: one that ru
 kept ``coderl proxy serve`` alive for as long as it took (20 s and more). :class:`ProxyServer` first
 ends the calls in flight (:meth:`ProxyService.stop_calls`: the engine stops sampling them, their clients
 get a 503 with Retry-After, or an error event in a stream already under way, and nothing is recorded);
-``SHUTDOWN_GRACE_S`` bounds the wait for anything else still open.
+:data:`coderl.serving.SHUTDOWN_GRACE_S` bounds the wait for anything else still open.
 """
 
 from __future__ import annotations
 
-import contextlib
 import socket
 
 import uvicorn
 from fastapi import FastAPI
 
 from coderl.proxy.service import ProxyService
-
-SHUTDOWN_GRACE_S = 5
-"""How long a stopping proxy waits for responses still open after its calls were ended (uvicorn then
-cancels them)."""
+from coderl.serving import serve_until_stopped, server_config
 
 
 class ProxyServer(uvicorn.Server):
@@ -37,15 +33,9 @@ class ProxyServer(uvicorn.Server):
 
 def proxy_server(app: FastAPI, host: str, port: int, log_level: str = "info") -> ProxyServer:
     """The server for a proxy app (:func:`coderl.proxy.app.create_app`) on ``host``:``port``."""
-    config = uvicorn.Config(
-        app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=SHUTDOWN_GRACE_S
-    )
-    return ProxyServer(config, app.state.service)
+    return ProxyServer(server_config(app, host, port, log_level), app.state.service)
 
 
 def run_proxy(app: FastAPI, host: str, port: int, log_level: str = "info") -> int:
-    """Serve until SIGINT / SIGTERM; the exit status (3 when the server could not start, as uvicorn's)."""
-    server = proxy_server(app, host, port, log_level)
-    with contextlib.suppress(KeyboardInterrupt):  # uvicorn re-raises the SIGINT it handled
-        server.run()
-    return 0 if server.started else 3
+    """Serve until SIGINT / SIGTERM (:func:`coderl.serving.serve_until_stopped`)."""
+    return serve_until_stopped(proxy_server(app, host, port, log_level))

@@ -4,7 +4,9 @@ Every request needs ``Authorization: Bearer <token>``; each token is one client,
 only the sandboxes it created (others' ids answer 404). The server decides the backend (bwrap by
 default); a client chooses the limits and the workspace. A sandbox no request has used for
 ``idle_s`` seconds (and none is using) is closed: its client died without a DELETE. A later request
-for it answers 404 saying so.
+for it answers 404 saying so. A server told to stop (SIGTERM, Ctrl-C) first ends the commands
+requests are waiting for (:class:`SandboxServer`): they are killed at once and their requests answer
+503, instead of the server waiting for a command that may run for minutes.
 
   POST   /sandboxes                     body: SandboxSpec fields -> {"id": ...}
   POST   /sandboxes/{id}/exec           {"cmd", "timeout", "env", "cwd"} -> ExecResult
@@ -24,12 +26,14 @@ import dataclasses
 import hashlib
 import hmac
 import logging
+import socket
 import tempfile
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import uvicorn
 from fastapi import Depends, FastAPI, HTTPException, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
@@ -93,6 +97,20 @@ def create_sandbox_app(
     owned: dict[str, _Held] = {}
     expired: dict[str, float] = {}  # id -> the idle seconds it was closed after (the latest 1,024)
     reaping: set[Sandbox] = set()  # being closed by the reaper
+    stopping: list[bool] = []  # set once the server stops: requests then answer 503
+    running: set[asyncio.Future[Any]] = set()  # the commands requests are waiting for
+
+    async def stop_commands() -> None:
+        stopping.append(True)
+        if running:
+            log.warning("the server is stopping: ending %d command(s) still running", len(running))
+            for job in running:
+                job.cancel()  # kills the command's process group
+            await asyncio.wait(set(running))
+
+    def refuse_if_stopping() -> None:
+        if stopping:
+            raise HTTPException(503, "the sandbox server is shutting down: the sandbox was closed", {"Retry-After": "5"})
 
     async def reap(limit: float) -> None:
         while True:
@@ -128,6 +146,7 @@ def create_sandbox_app(
             owned.clear()
 
     app = FastAPI(title="coderl sandbox server", lifespan=lifespan)
+    app.state.stop_commands = stop_commands
 
     def client(request: Request) -> str:
         auth = request.headers.get("authorization", "")
@@ -150,6 +169,8 @@ def create_sandbox_app(
 
     @app.exception_handler(SandboxError)
     async def _sandbox_error(_: Request, exc: SandboxError) -> JSONResponse:
+        if stopping:  # the sandbox was closed under the request
+            return JSONResponse({"detail": "the sandbox server is shutting down: the sandbox was closed"}, 503)
         return JSONResponse({"detail": str(exc)}, 400)
 
     @app.get("/health")
@@ -175,8 +196,19 @@ def create_sandbox_app(
 
     @app.post("/sandboxes/{sid}/exec")
     async def exec_(sid: str, body: ExecRequest, who: str = Depends(client)) -> dict[str, Any]:
+        refuse_if_stopping()
         with held_by(sid, who).use() as sb:
-            result = await sb.exec(body.cmd, timeout=body.timeout, env=body.env, cwd=body.cwd)
+            job = asyncio.ensure_future(sb.exec(body.cmd, timeout=body.timeout, env=body.env, cwd=body.cwd))
+            running.add(job)
+            try:
+                result = await job
+            except asyncio.CancelledError:
+                this = asyncio.current_task()
+                if stopping and this is not None and not this.cancelling():
+                    refuse_if_stopping()  # the shutdown ended the command, not its client
+                raise
+            finally:
+                running.discard(job)
         return dataclasses.asdict(result)
 
     @app.get("/sandboxes/{sid}/file")
@@ -228,3 +260,15 @@ async def _body(request: Request) -> bytes:
         if len(data) > MAX_BODY:
             raise HTTPException(413, f"body is over the {MAX_BODY}-byte limit")
     return bytes(data)
+
+
+class SandboxServer(uvicorn.Server):
+    """uvicorn's server whose shutdown first ends the commands requests are waiting for (module doc)."""
+
+    def __init__(self, config: uvicorn.Config, stop_commands: Callable[[], Awaitable[None]]) -> None:
+        super().__init__(config)
+        self.stop_commands = stop_commands
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        await self.stop_commands()
+        await super().shutdown(sockets)
