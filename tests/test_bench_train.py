@@ -116,10 +116,39 @@ def test_a_finished_run_is_reused_when_only_defaults_changed_and_not_when_a_sett
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_bench_stopped_with_sigterm_stops_its_runs_and_does_not_wait_for_them(tmp_path: Path) -> None:
+    """SIGTERM to a bench whose threads wait for its runs: the runs are told to stop (SIGTERM) and the
+    bench exits in seconds. Before, the thread pool waited for every run to end by itself (a 60 s
+    child kept the bench 60 s; an hour-long learning run, an hour)."""
+    pids = tmp_path / "pids"
+    (tmp_path / "run.py").write_text(f"import os, time\nopen({str(pids)!r}, 'a').write(f'{{os.getpid()}}\\n')\ntime.sleep(60)\n")
+    script = (
+        "import sys\n"
+        "from concurrent.futures import ThreadPoolExecutor\n"
+        "from coderl.bench.children import run_child, wait_stopping_children\n"
+        "from coderl.cli.signals import stop_on_sigterm\n"
+        f"child = [sys.executable, {str(tmp_path / 'run.py')!r}]\n"
+        "with stop_on_sigterm(), ThreadPoolExecutor(2) as pool:\n"
+        "    wait_stopping_children(lambda: list(pool.map(lambda _: run_child(child), range(2))))\n"
+    )
+    bench = subprocess.Popen([sys.executable, "-c", script], stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while not (pids.is_file() and len(pids.read_text().split()) == 2):
+        assert bench.poll() is None and time.monotonic() < deadline, bench.stderr.read() if bench.stderr else ""
+        time.sleep(0.05)
+    sent = time.monotonic()
+    bench.send_signal(signal.SIGTERM)
+    bench.wait(timeout=60)
+    assert time.monotonic() - sent < 10
+    for pid in pids.read_text().split():
+        assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
 def test_a_learning_run_ends_when_its_bench_is_killed(tmp_path: Path) -> None:
     parent = subprocess.Popen(
         [sys.executable, "-c",
-         "import subprocess, sys; from coderl.bench.learn import _die_with_parent\n"
+         "import subprocess, sys; from coderl.bench.children import _die_with_parent\n"
          "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], preexec_fn=_die_with_parent)\n"
          "print(child.pid, flush=True); child.wait()"],
         stdout=subprocess.PIPE, text=True,

@@ -61,5 +61,23 @@ async def test_settle_rides_out_a_second_cancel() -> None:
     waiter.cancel()  # the caller cancelled again while it waits
     await asyncio.sleep(0.01)
     assert not waiter.done()
-    await waiter
+    with pytest.raises(asyncio.CancelledError):  # not swallowed: raised once the wait is over
+        await waiter
     assert child.done() and log == ["c"]
+
+
+async def test_a_cancel_during_the_wait_after_a_childs_error_wins() -> None:
+    """A Ctrl-C / SIGTERM that lands while gather_all waits for the others after one failed must stop
+    the caller, not be dropped for the child's error."""
+    log: list[str] = []
+
+    async def boom() -> str:
+        await asyncio.sleep(0.01)
+        raise ValueError("boom")
+
+    outer = asyncio.ensure_future(gather_all([boom(), _child(10, 0.2, log, "slow")]))
+    await asyncio.sleep(0.05)  # boom has raised; gather_all waits for "slow" to unwind
+    outer.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await outer
+    assert log == ["slow"]

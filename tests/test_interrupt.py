@@ -4,6 +4,7 @@ thread still computing), leaves no sandbox mounted, and ``--resume`` continues t
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -161,9 +162,12 @@ def test_a_stop_during_the_last_validation_is_made_good_by_resume(tmp_path: Path
     held-out figure). Now --resume validates that step first and records it whole."""
     run, env = tmp_path / "run", _env(boxes)
     held = "train.val_tasks=bundled:strkit-001,strkit-002,strkit-003,numkit-001"
-    args = [*_run(run), held, "train.val_samples=8", "train.val_temperature=1.0"]
+    args = [*_run(run), held, "train.val_samples=8", "train.val_temperature=1.0", "train.val_sampled=2"]
     _stopped_cleanly(args, env, tmp_path / "run.log", r"step 1: val: ", boxes)
     assert (run / "checkpoints" / "step-000001").is_dir()  # the step itself was saved
     assert _resumed_steps(run, env) == [0, 1]
     last = checkpoints.read_metrics(run / "metrics.jsonl")[-1]
     assert last["step"] == 1 and last["val_tasks"] == 4 and "val_pass_at_1" in last
+    folder = run / "validation" / "step-000001"  # each sample once, whichever set finished before the stop
+    for log, want in ((folder / "trajectories.jsonl", 4 * 8), (folder / "val_sampled" / "trajectories.jsonl", 4 * 2)):
+        assert sum(json.loads(line)["part"] == 0 for line in log.read_text().splitlines()) == want, log

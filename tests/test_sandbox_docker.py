@@ -10,7 +10,6 @@ import asyncio
 import io
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tarfile
@@ -101,13 +100,17 @@ def test_what_comes_out_of_a_container_stays_in_the_destination(tmp_path: Path) 
 
 
 def test_a_container_owner_is_alive_only_while_its_very_process_runs() -> None:
+    """Gone only when provably so: this host, boot and pid namespace, and the pid ended or reused."""
     assert owner_alive(owner_label())
     done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     gone = int(done.stdout)
-    assert not owner_alive(f"{socket.gethostname()}/{gone}/123")  # exited (or its pid reused: other start)
-    host, pid, start = owner_label().split("/")
-    assert not owner_alive(f"{host}/{pid}/{int(start) + 1}")  # this pid, another process's start time
-    assert owner_alive(f"another-host/{gone}/123")  # another host's container is not ours to judge
+    host, boot, namespace, pid, start = owner_label().split("/")
+    assert not owner_alive(f"{host}/{boot}/{namespace}/{gone}/123")  # exited (or its pid reused: other start)
+    assert not owner_alive(f"{host}/{boot}/{namespace}/{pid}/{int(start) + 1}")  # this pid, another start
+    assert not owner_alive(f"{host}/another-boot/{namespace}/{gone}/123")  # made before the last boot
+    assert owner_alive(f"another-host/{boot}/{namespace}/{gone}/123")  # another host's: not ours to judge
+    assert owner_alive(f"{host}/{boot}/pid:[1]/{gone}/123")  # another pid namespace (a pod's container)
+    assert owner_alive(f"{host}/{gone}/123")  # not a label of ours
 
 
 _KEEP_ONE = """

@@ -30,13 +30,11 @@ stopped; an unfinished folder is started again from scratch.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import random
 import shutil
 import statistics
-import subprocess
 import sys
 import time
 from collections import defaultdict
@@ -47,6 +45,7 @@ from typing import Any
 import yaml
 from rich.console import Console
 
+from coderl.bench.children import run_child, wait_stopping_children
 from coderl.bench.report import machine_info
 from coderl.config import Config
 from coderl.config.loader import dump_config, validate_config
@@ -116,17 +115,6 @@ def _finished(run_dir: Path, cfg: Config) -> bool:
         return False
 
 
-def _die_with_parent() -> None:
-    """In the child, before it runs: on Linux, ask for SIGTERM when the bench process dies (a bench
-    killed with SIGTERM or SIGKILL would otherwise leave its hour-long run going); elsewhere nothing."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-        import signal
-
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-
 def _one_run(cfg: Config, console: Console, run_dir: Path, jobs: int) -> dict[str, Any]:
     """Train once, as ``coderl train`` in a process of its own (one run's engine, actor and optimizer
     never share memory with the next: in one process two main jobs exceed this machine's 24 GB), or
@@ -156,9 +144,7 @@ def _one_run(cfg: Config, console: Console, run_dir: Path, jobs: int) -> dict[st
         ]
         began = time.monotonic()
         # stdout stays the bench's (--json); the run ends with the bench, however the bench ends
-        code = subprocess.run(
-            command, check=False, stdout=2, preexec_fn=_die_with_parent, env=share_of_cores(jobs)
-        ).returncode
+        code = run_child(command, env=share_of_cores(jobs))
         if code != 0:
             raise CoderlError(
                 f"bench learn: {run_dir.name} failed (coderl train exited with {code}); its run directory is "
@@ -221,7 +207,7 @@ def bench_learn(
         planned += [("recipe", seeded, root / f"seed{seed}"), ("control", frozen, root / f"seed{seed}-lr0")]
     # the runs are processes of their own: threads only wait for them
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        done = list(pool.map(lambda p: _one_run(p[1], console, p[2], jobs), planned))
+        done = wait_stopping_children(lambda: list(pool.map(lambda p: _one_run(p[1], console, p[2], jobs), planned)))
     runs: dict[str, list[dict[str, Any]]] = {"recipe": [], "control": []}
     for (kind, _, _), result in zip(planned, done, strict=True):
         runs[kind].append(result)

@@ -55,7 +55,6 @@ import json
 import random
 import shutil
 import statistics
-import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -64,8 +63,8 @@ from typing import Any
 
 from rich.console import Console
 
+from coderl.bench.children import run_child, wait_stopping_children
 from coderl.bench.learn import (
-    _die_with_parent,
     _one_run,
     bootstrap_ci95,
     bound_by_steps,
@@ -128,7 +127,7 @@ def warm_checkpoint(cfg: Config, root: Path, console: Console) -> tuple[Path, fl
     console.print(f"[bold]warm start[/]: coderl sft -> {folder / 'model'}")
     began = time.monotonic()
     command = [sys.executable, "-m", "coderl", "sft", str(folder / "config.yaml"), "--out", str(folder / "model")]
-    code = subprocess.run(command, check=False, stdout=2, preexec_fn=_die_with_parent, env=share_of_cores(1)).returncode
+    code = run_child(command, env=share_of_cores(1))
     if code != 0:
         raise CoderlError(f"bench rl: the warm start failed (coderl sft exited with {code}); see {folder}")
     minutes = (time.monotonic() - began) / 60
@@ -212,7 +211,7 @@ def sampled_outcomes(
             f"T={temperature:g} ({model})"
         )
         command = [sys.executable, "-m", "coderl", "eval", str(run_dir / "config.yaml"), f"run.dir={run_dir}"]
-        code = subprocess.run(command, check=False, stdout=2, preexec_fn=_die_with_parent).returncode
+        code = run_child(command)
         if code != 0:
             raise CoderlError(f"bench rl: {run_dir} failed (coderl eval exited with {code}); run the bench again")
     groups: dict[str, list[bool]] = {}
@@ -234,7 +233,7 @@ def final_model(run_dir: Path) -> Path:
     if not (out / "config.json").is_file():
         shutil.rmtree(out, ignore_errors=True)
         command = [sys.executable, "-m", "coderl", "export", str(run_dir), "--out", str(out)]
-        code = subprocess.run(command, check=False, stdout=2, preexec_fn=_die_with_parent).returncode
+        code = run_child(command)
         if code != 0:
             raise CoderlError(f"bench rl: coderl export {run_dir} failed (exit {code})")
     return out
@@ -365,7 +364,7 @@ def bench_rl(
             still = rl.model_copy(update={"actor": rl.actor.model_copy(update={"lr": 0.0})})
             planned.append(("control", still, root / f"control-seed{seed}"))
     with ThreadPoolExecutor(max_workers=jobs) as pool:  # the runs are processes; threads only wait
-        done = list(pool.map(lambda p: _one_run(p[1], console, p[2], jobs), planned))
+        done = wait_stopping_children(lambda: list(pool.map(lambda p: _one_run(p[1], console, p[2], jobs), planned)))
     runs: dict[str, list[dict[str, Any]]] = {"rl": [], "control": []}
     for (kind, _, _), result in zip(planned, done, strict=True):
         runs[kind].append(result)

@@ -37,6 +37,8 @@ from coderl.sandbox.image import image_tag
 from coderl.sandbox.runner import EXEC_POOL, run_limited
 
 TMP_MB = 256
+LAUNCH_WAIT_S = 30.0
+"""How long a close waits for a ``docker run`` its cancelled start left going before stopping it."""
 ARCHIVES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".zip")
 """A workspace source with one of these endings is extracted, as the host-workspace backends do."""
 READ_LIMIT = 64 << 20
@@ -304,7 +306,9 @@ class DockerSandbox(Sandbox):
 
     async def _close(self) -> None:
         if self._launch is not None:  # started, or its start cut short (then wait for the run to end)
-            await asyncio.wait([self._launch])
+            _, slow = await asyncio.wait([self._launch], timeout=LAUNCH_WAIT_S)
+            for launch in slow:  # still pulling an image, say: stop it; a container made later is swept
+                launch.cancel()
             await self._run("rm", "-f", self.name, timeout=60)
 
     # -- helpers -------------------------------------------------------------------------------

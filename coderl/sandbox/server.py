@@ -41,6 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from coderl.errors import SandboxError
 from coderl.sandbox.archive import pack, unpack
 from coderl.sandbox.base import Sandbox, SandboxSpec
+from coderl.serving import SHUTDOWN_GRACE_S
 
 MAX_BODY = 256 << 20
 
@@ -106,7 +107,7 @@ def create_sandbox_app(
             log.warning("the server is stopping: ending %d command(s) still running", len(running))
             for job in running:
                 job.cancel()  # kills the command's process group
-            await asyncio.wait(set(running))
+            await asyncio.wait(set(running), timeout=SHUTDOWN_GRACE_S)  # then uvicorn's own grace
 
     def refuse_if_stopping() -> None:
         if stopping:

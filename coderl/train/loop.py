@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import logging
 import random
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -84,7 +85,7 @@ from coderl.train.sft import (
 from coderl.train.signal import SignalWatch, gold_patches, signal_metrics
 from coderl.train.sync import WeightSync, choose_sync, export_checkpoint
 from coderl.train.update import NOTHING_TRAINED, update_policy
-from coderl.train.validation import Validation
+from coderl.train.validation import Validation, step_folder
 from coderl.types import Task
 
 log = logging.getLogger(__name__)
@@ -271,6 +272,8 @@ class Trainer:
                     self._record(await self._warm_start(progress), sinks)
                 if self.owed is not None:  # a step's validation cut short: run it, then record the step
                     owed, self.owed = self.owed, None
+                    # the sets that finished before the stop stored their samples: not twice
+                    shutil.rmtree(step_folder(self.run_dir, int(owed["step"])), ignore_errors=True)
                     owed.update(await (await self._validation(progress)).run(int(owed["step"])))
                     self._record(owed, sinks)
                     self.console.print(f"step {owed['step']}: validated again (the stop came during its validation)")

@@ -129,7 +129,7 @@ class Validation:
         began = time.perf_counter()
         where = f"step {step}{' (' + name + ')' if name else ''}"
         results = await self.roll(groups, f"{where}: {prefix}", temperature)
-        folder = self.run_dir / "validation" / f"step-{step:06d}{'-' + name if name else ''}"
+        folder = step_folder(self.run_dir, step, name)
         golds = gold_patches(tasks)
         store = TrajectoryStore(folder if prefix == "val" else folder / prefix)
         for r in results:  # each sample's change F1 kept with it (coderl bench rl pairs them by task)
@@ -223,3 +223,8 @@ def validation_table(rows: list[dict[str, Any]]) -> list[str]:
     cells = validation_cells(rows)
     first = max((len(row[0]) + 2 for row in cells), default=28)
     return ["".join(c.ljust(max(first, 28) if i == 0 else 23) for i, c in enumerate(row)) for row in cells]
+
+
+def step_folder(run_dir: Path, step: int, name: str = "") -> Path:
+    """Where the validation at ``step`` (``name``: ``sft`` after the warm start) stores its samples."""
+    return run_dir / "validation" / f"step-{step:06d}{'-' + name if name else ''}"
