@@ -44,6 +44,8 @@ from coderl.sandbox.base import Sandbox, SandboxSpec
 from coderl.serving import SHUTDOWN_GRACE_S
 
 MAX_BODY = 256 << 20
+STOPPING = "the sandbox server is shutting down: the sandbox was closed"
+"""What a request hears when the server's stop ended its command or closed its sandbox (a 503)."""
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +113,7 @@ def create_sandbox_app(
 
     def refuse_if_stopping() -> None:
         if stopping:
-            raise HTTPException(503, "the sandbox server is shutting down: the sandbox was closed", {"Retry-After": "5"})
+            raise HTTPException(503, STOPPING, {"Retry-After": "5"})
 
     async def reap(limit: float) -> None:
         while True:
@@ -171,7 +173,7 @@ def create_sandbox_app(
     @app.exception_handler(SandboxError)
     async def _sandbox_error(_: Request, exc: SandboxError) -> JSONResponse:
         if stopping:  # the sandbox was closed under the request
-            return JSONResponse({"detail": "the sandbox server is shutting down: the sandbox was closed"}, 503)
+            return JSONResponse({"detail": STOPPING}, 503)
         return JSONResponse({"detail": str(exc)}, 400)
 
     @app.get("/health")
