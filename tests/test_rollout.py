@@ -212,3 +212,38 @@ async def test_a_failing_tear_down_is_logged_and_frees_the_slot(caplog: pytest.L
     teardowns.defer([broken(), fine()], then=lambda: freed.append(1))
     await teardowns.drain()
     assert freed == [1] and teardowns.pending == 0 and "umount failed" in caplog.text
+
+
+def test_a_resume_marks_the_lost_steps_rows_and_keeps_them(tmp_path: Path) -> None:
+    """Rows the stopped process rolled out for steps after its checkpoint stay on disk, marked lost;
+    the resumed run's rows of those steps are the trained ones. Shards and the log tail alike, a line
+    cut by the kill dropped, and a second resume marked on its own."""
+    from coderl.rollout.store import RESUMES, mark_lost_steps
+    from coderl.train.export import trained_tasks
+    from coderl.types import Trajectory
+
+    run = tmp_path / "run"
+
+    def add(store: TrajectoryStore, task: str, step: int) -> None:
+        store.add(Trajectory(task, "g", [1, 2], [3, 4], [1, 1], [-0.1, -0.2], 0.0, 1, "submitted", ""), {"step": step})
+
+    store = TrajectoryStore(run, shard_size=3)  # some rows in parquet shards, the rest in the log's tail
+    for task, step in [("a", 1), ("a", 1), ("b", 2), ("b", 2)]:
+        add(store, task, step)
+    store._log.write('{"task_id": "cut')  # the kill came mid-line (no close: the process died)
+    store._log.flush()
+    store = TrajectoryStore(run, shard_size=3)  # the resumed run's store, then the resume from step 1
+    assert mark_lost_steps(run, 1) == 2
+    for task, step in [("c", 2), ("c", 2), ("d", 3)]:
+        add(store, task, step)
+    assert mark_lost_steps(run, 2) == 1  # stopped again after step 2's checkpoint: step 3's row is lost
+    add(store, "e", 3)
+    store.close()
+    assert mark_lost_steps(run, 3) == 0 and len((run / RESUMES).read_text().splitlines()) == 2
+
+    rows = read_trajectories(run)
+    assert [(r["task_id"], r["step"], bool(r.get("lost"))) for r in rows] == [
+        ("a", 1, False), ("a", 1, False), ("b", 2, True), ("b", 2, True),
+        ("c", 2, False), ("c", 2, False), ("d", 3, True), ("e", 3, False),
+    ]  # fmt: skip
+    assert trained_tasks(run, 3) == {"a", "c", "e"}  # what the steps trained on, not what they lost

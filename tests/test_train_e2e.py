@@ -117,6 +117,11 @@ def test_train_with_gae_killed_and_resumed_loses_nothing(tmp_path: Path, tiny_mo
     assert len(trajs) >= before + 4  # nothing recorded before the kill is gone
     # each step's samples carry the policy version that produced them: the updates before their step
     assert {t["policy_version"] for t in trajs} == {0, 1}
+    # step 2's rows the killed process had rolled out (if any) are kept, marked lost, and not step 2's trained ones
+    lost = [t for t in trajs if t.get("lost")]
+    assert all(t["step"] == 2 for t in lost) and trajs[before - len(lost) : before] == lost  # the killed process's last
+    assert (f"{len(lost)} trajectories of them kept and marked lost" in out) == bool(lost)
+    assert {t["step"] for t in trajs if not t.get("lost")} == {1, 2}
     saved = json.loads(json.dumps(rows[-1]))
     assert saved["policy_version"] == found[1]["policy_version"]
 

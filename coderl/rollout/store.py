@@ -4,6 +4,12 @@ Every finished trajectory is appended to ``trajectories.jsonl`` and flushed at o
 loses nothing that finished. Every ``shard_size`` records (and at close) the pending ones are also
 written as a complete Parquet file ``trajectories/part-NNNNN.parquet``. :func:`read_trajectories`
 reads the shards plus any logged records not yet in a shard.
+
+A resumed training run redoes the steps after its checkpoint; what the stopped process had already
+rolled out for those steps stays on disk (real samples of that policy) but was never trained on.
+:func:`mark_lost_steps` notes them at the resume in ``trajectories.resumes.jsonl`` (append-only, the
+log's row count then and the checkpoint's step), and :func:`read_trajectories` gives those rows
+``lost: true``, so each step's trained samples are the rows without it.
 """
 
 from __future__ import annotations
@@ -90,8 +96,50 @@ def _flatten(row: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+RESUMES = "trajectories.resumes.jsonl"
+
+
+def mark_lost_steps(run_dir: Path, last_step: int) -> int:
+    """At a resume from step ``last_step``'s checkpoint: note that the rows logged so far with a later
+    ``step`` belong to steps the stop lost (the resumed run rolls them out again). Returns how many
+    there are; nothing is written when there are none. Call it after the run's :class:`TrajectoryStore`
+    is open (its recovery drops a line the kill cut)."""
+    rows = _logged(run_dir / "trajectories.jsonl")
+    lost = sum(1 for r in rows if int(r.get("step", 0)) > last_step)
+    if lost:
+        with (run_dir / RESUMES).open("a") as fh:
+            fh.write(json.dumps({"from_step": last_step, "rows": len(rows), "lost": lost}) + "\n")
+    return lost
+
+
+def _logged(log: Path) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    if log.is_file():
+        for line in log.read_text().splitlines():
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:  # a line cut by a kill (the store drops it when it opens)
+                continue
+    return out
+
+
+def _mark_lost(run_dir: Path, rows: list[dict[str, Any]]) -> None:
+    marks = run_dir / RESUMES
+    if not marks.is_file():
+        return
+    for line in marks.read_text().splitlines():
+        try:
+            mark = json.loads(line)
+        except json.JSONDecodeError:  # a line cut by a kill: that resume's rows stay unmarked
+            continue
+        for row in rows[: int(mark["rows"])]:
+            if int(row.get("step", 0)) > int(mark["from_step"]):
+                row["lost"] = True
+
+
 def read_trajectories(run_dir: Path) -> list[dict[str, Any]]:
-    """All stored trajectories of a run (shards, then logged records newer than the shards)."""
+    """All stored trajectories of a run (shards, then logged records newer than the shards), in the
+    order they were recorded; rows of steps a resume redid carry ``lost: true`` (:func:`mark_lost_steps`)."""
     import pyarrow.parquet as pq
 
     rows: list[dict[str, Any]] = []
@@ -111,4 +159,5 @@ def read_trajectories(run_dir: Path) -> list[dict[str, Any]]:
     if log.is_file():
         logged = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
         rows.extend(logged[len(rows) :])
+    _mark_lost(run_dir, rows)
     return rows

@@ -68,8 +68,11 @@ def exported_model(run_dir: Path, step: int | None = None, out: Path | None = No
 
 
 def trained_tasks(run_dir: Path, step: int) -> set[str]:
-    """The tasks of the run's training rollouts (``trajectories.jsonl``) up to ``step``."""
-    return {r["task_id"] for r in read_trajectories(run_dir) if int(r.get("step", 0)) <= step}
+    """The tasks of the run's training rollouts (``trajectories.jsonl``) up to ``step``; not those of
+    steps a resume redid (rolled out, never trained on)."""
+    return {
+        r["task_id"] for r in read_trajectories(run_dir) if int(r.get("step", 0)) <= step and not r.get("lost")
+    }
 
 
 def _run_config(run_dir: Path) -> Config:

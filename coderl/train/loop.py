@@ -46,7 +46,7 @@ from coderl.rollout.runner import (
     RolloutGroup,
     RolloutResult,
 )
-from coderl.rollout.store import TrajectoryStore
+from coderl.rollout.store import TrajectoryStore, mark_lost_steps
 from coderl.tasks.calibration import load_estimates, setting_key
 from coderl.tasks.split import TaskSplit, train_and_held_out
 from coderl.threads import in_own_thread
@@ -216,8 +216,10 @@ class Trainer:
             else:
                 checkpoints.restore_row(self.run_dir / "metrics.jsonl", row)
             await self._sync(int(state["policy_version"]))
+            lost = mark_lost_steps(self.run_dir, int(state["step"]))  # the run's store is open (run())
             self.console.print(
                 f"resumed from {folder} (step {state['step']}); {dropped} metric rows of lost steps dropped"
+                + (f", {lost} trajectories of them kept and marked lost" if lost else "")
             )
         elif resume:
             self.console.print(f"no checkpoint in {self.run_dir}/checkpoints yet: starting from step 1")

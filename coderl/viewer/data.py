@@ -42,6 +42,7 @@ def trajectory_rows(run: Path) -> list[dict[str, Any]]:
             "exit_status": t.get("exit_status", ""),
             "tokens": len(t.get("response_ids", [])),
             "error": t.get("error"),
+            "lost": bool(t.get("lost")),  # rolled out for a step a resume redid (never trained on)
         }
         for i, t in enumerate(read_trajectories(run))
     ]
