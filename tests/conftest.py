@@ -22,6 +22,8 @@ def _defaults_without_pypi() -> None:
     them (no network, minutes saved), through CODERL_TRAIN_DEFAULTS, which child processes inherit. A
     test that wants held-out sets names them; a run's own config.yaml (benches, --resume) is read as
     written."""
+    import atexit
+    import shutil
     import tempfile
 
     import yaml
@@ -33,6 +35,7 @@ def _defaults_without_pypi() -> None:
     recipe = yaml.safe_load(packaged_config(TRAIN_DEFAULTS).read_text())
     recipe["train"]["val_also"] = []
     folder = Path(tempfile.mkdtemp(prefix="coderl-test-defaults-"))
+    atexit.register(shutil.rmtree, folder, True)  # pytest's children (workers, runs) have ended by then
     (folder / "train.yaml").write_text(yaml.safe_dump(recipe, sort_keys=False))
     os.environ[DEFAULTS_VARIABLE] = str(folder / "train.yaml")
 

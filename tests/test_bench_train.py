@@ -126,7 +126,7 @@ def test_a_bench_stopped_with_sigterm_stops_its_runs_and_does_not_wait_for_them(
         "import sys\n"
         "from concurrent.futures import ThreadPoolExecutor\n"
         "from coderl.bench.children import run_child, wait_stopping_children\n"
-        "from coderl.cli.signals import stop_on_sigterm\n"
+        "from coderl.signals import stop_on_sigterm\n"
         f"child = [sys.executable, {str(tmp_path / 'run.py')!r}]\n"
         "with stop_on_sigterm(), ThreadPoolExecutor(2) as pool:\n"
         "    wait_stopping_children(lambda: list(pool.map(lambda _: run_child(child), range(2))))\n"

@@ -392,13 +392,13 @@ def test_fork_share_trains_only_the_highest_entropy_tokens_at_full_scale() -> No
     mask = torch.tensor([[1.0, 1.0, 1.0, 1.0, 0.0]])
     entropy = torch.tensor([[0.1, 2.0, 0.3, 1.0, 5.0]])  # the padded token's entropy is not a candidate
     loss, metrics = compute_loss(logp, logp.detach().clone(), adv, mask, AlgoConfig(fork_share=0.5), entropy=entropy)
-    assert float(loss) == pytest.approx(-3.5) and metrics["fork_tokens"] == pytest.approx(0.5)
+    assert loss.item() == pytest.approx(-3.5) and metrics["fork_tokens"] == pytest.approx(0.5)
     loss.backward()
     assert logp.grad is not None and logp.grad[0, [0, 2, 4]].abs().sum() == 0
     assert torch.count_nonzero(logp.grad[0, [1, 3]]) == 2
     every, _ = compute_loss(logp, logp.detach().clone(), adv, mask, AlgoConfig(fork_share=1.0), entropy=entropy)
     plain, _ = compute_loss(logp, logp.detach().clone(), adv, mask, AlgoConfig(), entropy=entropy)
-    assert float(every) == pytest.approx(float(plain))  # a share of 1 trains every token, as without it
+    assert every.item() == pytest.approx(plain.item())  # a share of 1 trains every token, as without it
     with pytest.raises(ValueError, match="entropy"):
         compute_loss(logp, logp.detach(), adv, mask, AlgoConfig(fork_share=0.5))
 

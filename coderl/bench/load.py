@@ -13,7 +13,6 @@ Owns: the measurement and its report. Must not: change how coderl runs (the poli
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import subprocess
@@ -23,6 +22,7 @@ from typing import Any
 
 from rich.console import Console
 
+from coderl import signals
 from coderl.bench.report import machine_info
 from coderl.config import Config
 from coderl.progress import progress_bars
@@ -57,7 +57,7 @@ def _rate_in_process(spec: dict[str, Any]) -> dict[str, float]:
             await engine.stop()
         return {"tok_s": rate}
 
-    return asyncio.run(run())
+    return signals.run(run())
 
 
 def _hog() -> None:

@@ -16,7 +16,6 @@ workers not counted.
 
 from __future__ import annotations
 
-import asyncio
 import importlib.util
 import statistics
 import tempfile
@@ -26,6 +25,7 @@ from typing import Any
 
 from rich.console import Console
 
+from coderl import signals
 from coderl.bench.report import machine_info
 from coderl.config import Config
 from coderl.engine.scripted import ScriptedEngine
@@ -46,7 +46,7 @@ def _one(cfg: Config, mode: str, staleness: int, latency_s: float, console: Cons
     with tempfile.TemporaryDirectory(prefix="coderl-bench-scale-") as tmp:
         run_dir = Path(tmp)
         trainer = Trainer(run_cfg, run_dir, console, engine=ScriptedEngine(latency_s=latency_s))
-        asyncio.run(trainer.run())
+        signals.run(trainer.run())
         rows = [r for r in checkpoints.read_metrics(run_dir / "metrics.jsonl") if "pass_rate" in r]
     timed = rows[1:]
     seconds = sum(r["step_s"] for r in timed)
@@ -94,7 +94,7 @@ def ray_throughput(cfg: Config, latency_s: float, workers: int, console: Console
             await engine.stop()
 
     console.print(f"[bold]ray[/] ({workers} rollout worker{'s' if workers > 1 else ''})")
-    seconds, rollouts, turns = asyncio.run(run())
+    seconds, rollouts, turns = signals.run(run())
     return {
         "workers": workers,
         "max_sandboxes_per_worker": cfg.rollout.max_sandboxes,

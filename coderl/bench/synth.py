@@ -9,13 +9,13 @@ from those libraries: tasks are made under the bench's run folder.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
+from coderl import signals
 from coderl.bench.report import machine_info
 from coderl.errors import TaskError
 from coderl.progress import progress_bars
@@ -75,7 +75,7 @@ def run(cfg: Any, libraries: list[str], n: int, quick: bool, console: Console) -
     chosen = libraries[:1] if quick else libraries
     if not chosen:
         raise TaskError("bench synth: --libraries names no library; give NAME==VERSION,... (or leave it out)")
-    result = asyncio.run(bench_synth(cfg.sandbox, chosen, 3 if quick else n, out, console=console))
+    result = signals.run(bench_synth(cfg.sandbox, chosen, 3 if quick else n, out, console=console))
     if all("refused" in row for row in result["libraries"]):  # a typo'd name, not a measurement
         reasons = "; ".join(f"{row['library']}: {row['refused']}" for row in result["libraries"])
         raise TaskError(f"bench synth: every library was refused ({reasons})")

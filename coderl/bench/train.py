@@ -12,7 +12,6 @@ temporary run directory; its ``stage_s`` row is reported as is.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import random
 import resource
@@ -26,7 +25,7 @@ import torch
 from rich.console import Console
 from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
 
-from coderl import allocator
+from coderl import allocator, signals
 from coderl.bench.report import machine_info
 from coderl.config import Config
 from coderl.progress import progress_bars
@@ -289,7 +288,7 @@ def _one_default_step(cfg: Config, console: Console) -> dict[str, Any]:
                 "sft": cfg.sft.model_copy(update={"before_rl": False}),
             }
         )
-        asyncio.run(Trainer(one, run_dir, console).run())
+        signals.run(Trainer(one, run_dir, console).run())
         row = json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[0])
     return {
         "samples": row["samples"],

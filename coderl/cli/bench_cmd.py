@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from coderl.cli.argtypes import at_least, number_list
-from coderl.cli.signals import run as run_command
+from coderl.signals import run as run_command
 
 if TYPE_CHECKING:  # the parser is built for --help: nothing heavy is imported until a bench runs
     from rich.console import Console

@@ -14,12 +14,12 @@ from rich.table import Table
 
 from coderl.chat import ChatFormat
 from coderl.cli.common import config_from_args
-from coderl.cli.signals import run as run_command
 from coderl.config import Config
 from coderl.engine import SamplingParams, create_engine
 from coderl.engine.embedded import EmbeddedEngine
 from coderl.progress import progress_bars
 from coderl.rundir import append_jsonl, create_run_dir
+from coderl.signals import run as run_command
 
 PROMPTS = [
     "Write a Python function that reverses a string.",

@@ -10,7 +10,6 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
 from coderl.cli.common import config_from_args, refuse_early
-from coderl.cli.signals import run as run_command
 from coderl.cluster.backend import RolloutBackend
 from coderl.config import Config
 from coderl.progress import progress_bars
@@ -18,6 +17,7 @@ from coderl.rollout.report import build_report
 from coderl.rollout.runner import RolloutResult, task_groups
 from coderl.rollout.store import TrajectoryStore
 from coderl.rundir import create_run_dir
+from coderl.signals import run as run_command
 from coderl.tasks import load_tasks
 
 

@@ -9,9 +9,9 @@ from collections.abc import Callable, Sequence
 
 from coderl import __version__, allocator
 from coderl.cli.argtypes import at_least, port_number
-from coderl.cli.signals import stop_on_sigterm, terminated
 from coderl.errors import CoderlError
 from coderl.memory import bound_heap
+from coderl.signals import stop_on_sigterm, terminated
 
 Handler = Callable[[argparse.Namespace], int]
 

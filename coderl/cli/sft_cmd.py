@@ -10,12 +10,12 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 
 from coderl.cli.common import refuse_early
-from coderl.cli.signals import run as run_command
 from coderl.cli.train_cmd import train_config
 from coderl.config import Config
 from coderl.errors import ConfigError
 from coderl.progress import progress_bars
 from coderl.rundir import create_run_dir
+from coderl.signals import run as run_command
 
 if TYPE_CHECKING:
     from coderl.train.actor import Policy

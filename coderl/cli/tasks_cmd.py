@@ -12,9 +12,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsed
 from rich.table import Table
 
 from coderl.cli.common import config_from_args
-from coderl.cli.signals import run as run_command
 from coderl.errors import ConfigError
 from coderl.progress import progress_bars
+from coderl.signals import run as run_command
 from coderl.tasks import load_tasks
 
 

@@ -8,12 +8,12 @@ from pathlib import Path
 from rich.console import Console
 
 from coderl.cli.common import refuse_early
-from coderl.cli.signals import run as run_command
 from coderl.config import Config, load_config
 from coderl.config.packaged import default_train_config
 from coderl.errors import ConfigError
 from coderl.hardware import describe_bf16
 from coderl.rundir import create_run_dir, run_kind
+from coderl.signals import run as run_command
 
 
 def train_config(config_path: str | None, overrides: list[str], bare: bool = False) -> Config:

@@ -6,8 +6,8 @@ import argparse
 from pathlib import Path
 
 from coderl.cli.common import config_from_args
-from coderl.cli.signals import run as run_command
 from coderl.config import Config
+from coderl.signals import run as run_command
 
 
 def served_model_name(cfg: Config) -> str:
