@@ -20,7 +20,7 @@ from coderl.proxy.app import create_app
 from coderl.proxy.config import ProxyConfig
 from coderl.proxy.responses_items import chat_messages
 from coderl.proxy.responses_memory import ResponseMemory, StoredResponse
-from coderl.proxy.responses_stream import ResponseStream
+from coderl.proxy.responses_stream import ResponseStream, failed_code
 from tests.proxy_fakes import new_session, proxy_client, record, scripted, sdk_http_client
 from tests.servers import serve
 from tests.test_proxy_e2e import ADMIN, admin, check_record_against_reference
@@ -282,6 +282,7 @@ BAD = [
     ),
     ({"input": [{"type": "function_call_output", "output": "x"}]}, "input[0].call_id", "non-empty string"),
     ({"input": []}, "input", "empty"),
+    ({"input": [{"id": "msg_1"}]}, "input[0].type", "item_reference"),  # no type: the SDK's ItemReference
     ({"input": "x", "text": {"format": {"type": "json_object"}}}, "text.format", "'json_object'"),
     ({"input": "x", "top_logprobs": 3}, "top_logprobs", "sampled token"),
     ({"input": "x", "background": True}, "background", "background"),
@@ -510,6 +511,21 @@ async def test_a_conversation_goes_on_from_a_stored_response_after_a_restart(cha
         assert gone.status_code == 400 and gone.json()["error"]["code"] == "previous_response_not_found"
 
 
+async def test_a_response_asked_without_input_is_rebuilt_from_the_record(chat: ChatFormat, tmp_path: Path) -> None:
+    """``previous_response_id`` alone (no ``input``: answer the conversation as it is), then a restart:
+    the chain is rebuilt from the record (its request has no ``input`` key; a KeyError gave a 500)."""
+    db = tmp_path / "p.db"
+    async with proxy_client(chat, scripted(chat.tokenizer, ["one", "two"]), db) as (client, _):
+        s = await new_session(client)
+        r1 = (await client.post(url(s), json={"input": "hi"}, headers=auth(s))).json()
+        r2 = await client.post(url(s), json={"previous_response_id": r1["id"]}, headers=auth(s))
+        assert r2.status_code == 200, r2.text
+    async with proxy_client(chat, scripted(chat.tokenizer, ["three"]), db) as (client, _):
+        r3 = await client.post(url(s), json={"input": "go on", "previous_response_id": r2.json()["id"]}, headers=auth(s))
+        assert r3.status_code == 200, r3.text
+        assert r3.json()["output"][0]["content"][0]["text"] == "three"
+
+
 async def test_the_same_conversation_via_chat_and_responses_records_the_same_ids(
     chat: ChatFormat, tmp_path: Path
 ) -> None:
@@ -600,6 +616,9 @@ async def test_engine_failures_keep_the_openai_error_shape(chat: ChatFormat, tmp
             assert r.json()["error"]["code"] == "engine_unavailable"
     # Once the headers are out, an error comes as an ``error`` event in the stream, then response.failed.
     shape = ResponseStream({"id": "resp_1", "status": "in_progress"}, lambda row: {})
+    for status, code, want in [(503, "engine_unavailable", "server_error"), (429, "rate_limit_exceeded", "rate_limit_exceeded"),
+                               (400, "context_length_exceeded", "context_length_exceeded"), (400, "x", "invalid_prompt")]:  # fmt: skip
+        assert failed_code(status, code) == want  # the API's codes (the SDK's ResponseError), and Codex's
     error, failed = events(shape.error(503, "the engine is unavailable").decode())
     assert error == {
         "type": "error",
@@ -615,7 +634,7 @@ async def test_engine_failures_keep_the_openai_error_shape(chat: ChatFormat, tmp
         "type": "response.failed",
         "response": {
             "id": "resp_1", "status": "failed",
-            "error": {"code": "engine_unavailable", "message": "the engine is unavailable"},
+            "error": {"code": "server_error", "message": "the engine is unavailable"},  # the SDK's codes
         },
         "sequence_number": 1,
     }  # fmt: skip
@@ -645,7 +664,7 @@ async def test_an_engine_lost_mid_stream_fails_the_response_for_the_sdk_and_code
         got = events(r.text)
         assert r.status_code == 200 and "response.output_text.delta" in [e["type"] for e in got]
         assert [e["type"] for e in got[-2:]] == ["error", "response.failed"]  # Codex reads the last
-        assert got[-1]["response"]["error"]["code"] == "engine_unavailable"
+        assert got[-1]["response"]["error"]["code"] == "server_error"  # Codex: retryable, as engine_unavailable was
         sdk = openai.AsyncOpenAI(
             base_url=s["openai_base_url"], api_key=s["secret"], http_client=sdk_http_client(app), max_retries=0
         )
@@ -677,6 +696,23 @@ async def test_logprobs_when_included(chat: ChatFormat, tmp_path: Path) -> None:
         call = (await record(client, s["id"]))["calls"][0]
         assert [t["logprob"] for t in lps] == pytest.approx(call["logprobs"])
         assert "".join(t["token"] for t in lps[:-1]) == "Hello."
+
+
+async def test_logprobs_bytes_are_each_tokens_own(chat: ChatFormat, tmp_path: Path) -> None:
+    """A token holding part of a character decodes to U+FFFD alone; its ``bytes`` are that part, so the
+    entries' bytes join to the reply's UTF-8 (they were U+FFFD's bytes), on both OpenAI endpoints."""
+    reply = "naïve 😀 日本"
+    engine = scripted(chat.tokenizer, [reply, reply])
+    async with proxy_client(chat, engine, tmp_path / "p.db") as (client, _):
+        s = await new_session(client)
+        body = {"input": "x", "include": ["message.output_text.logprobs"]}
+        out = (await client.post(url(s), json=body, headers=auth(s))).json()
+        chat_body = {"messages": [{"role": "user", "content": "x"}], "logprobs": True}
+        done = (await client.post(url(s, "/chat/completions"), json=chat_body, headers=auth(s))).json()
+    for lps in (out["output"][0]["content"][0]["logprobs"], done["choices"][0]["logprobs"]["content"]):
+        assert any("\ufffd" in t["token"] for t in lps)  # the case: a character split over tokens
+        assert bytes(b for t in lps[:-1] for b in t["bytes"]).decode() == reply  # the last is <|im_end|>
+        assert bytes(lps[-1]["bytes"]).decode() == "<|im_end|>"
 
 
 def test_items_convert_to_the_chat_endpoints_messages() -> None:

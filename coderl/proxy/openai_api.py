@@ -17,6 +17,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from coderl.chat import ChatFormat
+from coderl.chat.token_bytes import token_bytes
 from coderl.engine.params import SamplingParams
 from coderl.proxy.errors import ApiError, error_body
 from coderl.proxy.live import LiveCall, LiveText, StreamShape, live_response
@@ -132,15 +133,20 @@ def token_strings(chat: ChatFormat, ids: list[int]) -> list[str]:
     return [str(chat.tokenizer.decode([i], skip_special_tokens=False)) for i in ids]
 
 
+def token_logprobs(chat: ChatFormat, row: CallRow) -> list[dict[str, Any]]:
+    """Every sampled token of the reply (its tool calls' and its end token too) with its logprob and
+    its own bytes (a token holding part of a character decodes to U+FFFD alone; its bytes are the
+    part: joined, the entries' bytes are the reply's UTF-8)."""
+    ids = row.completion_ids
+    pieces = token_bytes(chat.tokenizer, ids)
+    return [
+        {"token": t, "logprob": lp, "bytes": list(b), "top_logprobs": []}
+        for t, b, lp in zip(token_strings(chat, ids), pieces, row.logprobs, strict=True)
+    ]
+
+
 def chat_logprobs(chat: ChatFormat, row: CallRow) -> dict[str, Any]:
-    tokens = token_strings(chat, row.completion_ids)
-    return {
-        "content": [
-            {"token": t, "logprob": lp, "bytes": list(t.encode()), "top_logprobs": []}
-            for t, lp in zip(tokens, row.logprobs, strict=True)
-        ],
-        "refusal": None,
-    }
+    return {"content": token_logprobs(chat, row), "refusal": None}
 
 
 def call_headers(row: CallRow, replayed: bool) -> dict[str, str]:

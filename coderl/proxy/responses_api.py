@@ -11,8 +11,10 @@ text travels as a function's one string parameter: :mod:`coderl.proxy.responses_
 forced in token space: :mod:`coderl.proxy.tool_choice`), ``max_output_tokens`` (a cut reply is
 ``incomplete`` with reason ``max_output_tokens``), ``temperature``, ``top_p``, ``stream``
 (:mod:`coderl.proxy.responses_stream`), ``store`` and ``previous_response_id``
-(:mod:`coderl.proxy.responses_memory`), ``include: ["message.output_text.logprobs"]`` (the sampled
-tokens' logprobs on the output_text part), and ``seed`` (a coderl extension, as in chat completions).
+(:mod:`coderl.proxy.responses_memory`), ``include: ["message.output_text.logprobs"]`` (every sampled
+token's logprob and bytes, its calls' and end token's too, as chat completions gives them, on the
+output_text part: a reply of calls only has none; a stream gives them on ``output_text.done``, its
+deltas carry none), and ``seed`` (a coderl extension, as in chat completions).
 Echoed, not acted on: ``metadata``, ``user``, ``parallel_tool_calls`` (the model may still write several
 calls), ``truncation`` (nothing is ever truncated), ``text`` with format text (and its ``verbosity``),
 ``reasoning``'s effort and summary. Refused with a 400:
@@ -35,7 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from coderl.chat import ChatFormat
 from coderl.engine.params import SamplingParams
 from coderl.proxy.errors import ApiError
-from coderl.proxy.openai_api import SEED_MOD, call_headers, streamed, token_strings
+from coderl.proxy.openai_api import SEED_MOD, call_headers, streamed, token_logprobs
 from coderl.proxy.responses_items import (
     chat_messages,
     chat_tools,
@@ -181,12 +183,9 @@ def usage(row: CallRow) -> dict[str, Any]:
 
 
 def output_logprobs(chat: ChatFormat, row: CallRow) -> list[dict[str, Any]]:
-    """Every sampled token with its logprob (tool calls' tokens too, as chat completions gives them)."""
-    tokens = token_strings(chat, row.completion_ids)
-    return [
-        {"token": t, "bytes": list(t.encode()), "logprob": lp, "top_logprobs": []}
-        for t, lp in zip(tokens, row.logprobs, strict=True)
-    ]
+    """Every sampled token with its logprob and bytes, as chat completions gives them (tool calls'
+    tokens too: :func:`~coderl.proxy.openai_api.token_logprobs`)."""
+    return token_logprobs(chat, row)
 
 
 def response_body(
@@ -242,7 +241,7 @@ def responses_router(service: ProxyService, memory: ResponseMemory | None = None
         parent = memory.get(session_id, rid) if rid is not None else None
         for rid_, row, request in reversed(chain):  # from the oldest: each continues the one before
             custom = custom_names(request.get("tools"))
-            parent = StoredResponse(parent, (*input_items(request["input"]), *output_items(row, None, custom)))
+            parent = StoredResponse(parent, (*input_items(request.get("input", [])), *output_items(row, None, custom)))
             memory.put(session_id, rid_, parent)
         return parent
 

@@ -64,7 +64,7 @@ def chat_messages(items: list[Item], instructions: str | None, first: int = 0) -
     reply: Message | None = None  # the assistant message that function_call items join
     for i, item in enumerate(items):
         where = f"input[{i - first}]"
-        kind = item.get("type", "message")
+        kind = item.get("type") or ("item_reference" if "id" in item and "role" not in item else "message")
         if kind == "message":
             msg = _message(item, where)
             out.append(msg)
