@@ -394,3 +394,92 @@ async def test_the_anthropic_sdk_lists_and_retrieves_the_served_model(chat: Chat
         listed = [m async for m in sdk.models.list()]
         assert [(m.id, m.type, m.display_name) for m in listed] == [("test-model", "model", "test-model")]
         assert (await sdk.models.retrieve("test-model")).created_at.year == 1970
+
+
+async def test_claude_codes_billing_header_block_is_not_prompt(chat: ChatFormat, tmp_path: Path) -> None:
+    """Claude Code's first system block carries its version and a fingerprint of the task's text: left
+    out, two tasks' prompts share their whole system prefix (they shared 25 tokens of 1,101)."""
+    engine = scripted(chat.tokenizer)
+    async with proxy_client(chat, engine, tmp_path / "p.db") as (client, _app):
+        s = await new_session(client)
+        for fp in ("642", "4bb"):
+            system = [
+                {"type": "text", "text": f"x-anthropic-billing-header: cc_version=2.1.332.{fp}; cc_entrypoint=sdk-cli;"},
+                {"type": "text", "text": "You fix bugs."},
+            ]
+            body = {"model": "m", "max_tokens": 5, "system": system, "messages": [{"role": "user", "content": fp}]}
+            r = await client.post(f"/s/{s['id']}/v1/messages", json=body, headers={"x-api-key": s["secret"]})
+            assert r.status_code == 200, r.text
+    want = chat.render([{"role": "system", "content": "You fix bugs."}, {"role": "user", "content": "642"}])
+    assert engine.calls[0].prompt_ids == want
+
+
+BAD_FIELDS = [
+    ({"output_config": {"effort": "low", "format": {"type": "json_schema", "schema": {"type": "object"}}}},
+     "output_config", "output_config.format: Extra inputs are not permitted"),  # Claude Code's retry-without phrase
+    ({"output_format": {"type": "json_schema", "schema": {"type": "object"}}}, "output_config", "output_config.format"),
+    ({"tools": [{"type": "web_search_20250305", "name": "web_search", "max_uses": 8}]}, "tools[0].type", "'web_search_20250305'"),
+    ({"tools": [*TOOLS, {"type": "bash_20250124", "name": "bash2"}]}, "tools[1].type", "custom tools"),
+    ({"mcp_servers": [{"type": "url", "url": "https://example.com/mcp", "name": "x"}]}, "mcp_servers", "MCP"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("extra", "param", "says"), BAD_FIELDS)
+async def test_what_the_proxy_cannot_honour_is_a_400_naming_it(
+    chat: ChatFormat, tmp_path: Path, extra: dict[str, Any], param: str, says: str
+) -> None:
+    """Structured outputs, Anthropic's own tools and MCP servers were accepted and ignored: a schema the
+    reply never followed, a web search the local model answered by itself."""
+    engine = scripted(chat.tokenizer)
+    async with proxy_client(chat, engine, tmp_path / "p.db") as (client, _app):
+        s = await new_session(client)
+        body = {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "x"}], **extra}
+        r = await client.post(f"/s/{s['id']}/v1/messages", json=body, headers={"x-api-key": s["secret"]})
+        assert r.status_code == 400, r.text
+        err = r.json()["error"]
+        assert err["type"] == "invalid_request_error" and says in err["message"], err
+        assert engine.calls == []
+        ok = {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "x"}],
+              "output_config": {"effort": "high"}, "tools": [{**TOOLS[0], "type": "custom"}]}  # fmt: skip
+        r = await client.post(f"/s/{s['id']}/v1/messages", json=ok, headers={"x-api-key": s["secret"]})
+        assert r.status_code == 200, r.text  # effort (every Claude Code request) and custom tools stay accepted
+
+
+async def test_tool_search_loads_deferred_tools_through_tool_reference_blocks(chat: ChatFormat, tmp_path: Path) -> None:
+    """Stock Claude Code declares some tools with defer_loading and loads them with ToolSearch, whose
+    result holds tool_reference blocks (a 400 before: Claude Code retried three times, then declared
+    every tool in full, a new trajectory). A deferred tool is out of the prompt's tool list; a
+    reference shows its definition as the ToolSearch description promises."""
+    fetch = {"name": "WebFetch", "description": "fetch a URL", "defer_loading": True,
+             "input_schema": {"type": "object", "properties": {"url": {"type": "string"}}}}  # fmt: skip
+    search = {"name": "ToolSearch", "description": "load deferred tools", "input_schema": {"type": "object"}}
+    engine = scripted(chat.tokenizer)
+    async with proxy_client(chat, engine, tmp_path / "p.db") as (client, _app):
+        s = await new_session(client)
+        use = {"type": "tool_use", "id": "toolu_1", "name": "ToolSearch", "input": {"query": "select:WebFetch"}}
+        result = {"type": "tool_result", "tool_use_id": "toolu_1", "cache_control": {"type": "ephemeral"},
+                  "content": [{"type": "tool_reference", "tool_name": "WebFetch"}]}  # fmt: skip
+        messages = [
+            {"role": "user", "content": "fetch it"},
+            {"role": "assistant", "content": [use]},
+            {"role": "user", "content": [result]},
+        ]
+        body = {"model": "m", "max_tokens": 5, "tools": [*TOOLS, search, fetch], "messages": messages}
+        r = await client.post(f"/s/{s['id']}/v1/messages", json=body, headers={"x-api-key": s["secret"]})
+        assert r.status_code == 200, r.text
+        line = '<function>{"description": "fetch a URL", "name": "WebFetch", "parameters": {"type": "object", "properties": {"url": {"type": "string"}}}}</function>'
+        listed = [{"type": "function", "function": {"name": t["name"], "description": t["description"],
+                                                     "parameters": t["input_schema"]}} for t in (*TOOLS, search)]  # fmt: skip
+        want = chat.render(
+            [
+                {"role": "user", "content": "fetch it"},
+                {"role": "assistant", "content": "", "tool_calls": [{"id": "toolu_1", "type": "function",
+                  "function": {"name": "ToolSearch", "arguments": '{"query": "select:WebFetch"}'}}]},
+                {"role": "tool", "tool_call_id": "toolu_1", "content": f"<functions>\n{line}\n</functions>"},
+            ],
+            listed,
+        )  # fmt: skip
+        assert engine.calls[0].prompt_ids == want
+        result["content"] = [{"type": "tool_reference", "tool_name": "Nope"}]
+        r = await client.post(f"/s/{s['id']}/v1/messages", json=body, headers={"x-api-key": s["secret"]})
+        assert r.status_code == 400 and "'Nope'" in r.json()["error"]["message"]

@@ -4,6 +4,11 @@ Anthropic conversations are turned into the OpenAI-style messages the chat layer
 becomes the first message, ``tool_use`` blocks become assistant tool calls, ``tool_result`` blocks
 become tool messages (before any text of the same user turn). So both dialects share the prompt
 rendering, the mapping to sampled ids and the record.
+
+Claude Code's billing-header system block is left out of the prompt (:data:`BILLING_HEADER`); tools
+with ``defer_loading`` are out of the tool list until a tool result's ``tool_reference`` block loads
+them. Refused with a 400 (:func:`check_supported`): ``output_config.format`` / ``output_format``,
+Anthropic's typed tools, ``mcp_servers``. ``disable_parallel_tool_use`` is not honoured.
 """
 
 from __future__ import annotations
@@ -53,6 +58,10 @@ class AnthropicTool(Lenient):
     name: str = Field(min_length=1)
     description: str | None = None
     input_schema: dict[str, Any] = {}
+    type: str | None = None
+    """Absent or ``custom``: a tool the client runs; Anthropic's typed tools are refused (:func:`check_supported`)."""
+    defer_loading: bool | None = None
+    """Left out of the prompt's tool list until a ``tool_reference`` block in a tool result loads it."""
 
 
 class MessagesRequest(Lenient):
@@ -67,6 +76,42 @@ class MessagesRequest(Lenient):
     top_p: float | None = Field(None, gt=0.0, le=1.0)
     top_k: int | None = Field(None, ge=0)
     stream: bool | None = False
+    output_config: dict[str, Any] | None = None
+    output_format: dict[str, Any] | None = None
+    mcp_servers: list[Any] | None = None
+
+
+BILLING_HEADER = "x-anthropic-billing-header:"
+"""Claude Code's first system block (its version and a fingerprint of the task's text): metadata for
+Anthropic's billing, not prompt; left out of the rendered prompt (Claude Code leaves it out of its own
+prompt hashing too), else every trajectory would start with per-task noise."""
+
+
+def check_supported(body: MessagesRequest) -> None:
+    """400s for what the proxy cannot honour, each naming the field."""
+    if body.output_format or (body.output_config or {}).get("format"):
+        # Claude Code reads this phrase as "structured outputs unsupported here" and retries without them
+        raise ApiError(
+            400,
+            "output_config.format: Extra inputs are not permitted: this proxy records free sampling and does "
+            "not constrain it to a JSON schema; leave output_config.format (and output_format) out",
+            param="output_config",
+        )
+    if body.mcp_servers:
+        raise ApiError(
+            400,
+            "mcp_servers is not supported: the proxy connects to no MCP server; declare the tools the agent "
+            "runs itself in tools",
+            param="mcp_servers",
+        )
+    for i, tool in enumerate(body.tools or []):
+        if tool.type not in (None, "custom"):
+            raise ApiError(
+                400,
+                f"tools[{i}] ({tool.name!r}) is Anthropic's {tool.type!r} tool, which Anthropic runs or defines "
+                "itself; this proxy serves custom tools (name, description, input_schema) only",
+                param=f"tools[{i}].type",
+            )
 
 
 def _block_text(block: Block) -> str:
@@ -78,9 +123,15 @@ def _block_text(block: Block) -> str:
 def to_openai_messages(body: MessagesRequest) -> list[Message]:
     """Anthropic system + messages -> OpenAI-style messages (text, tool calls, tool results)."""
     out: list[Message] = []
+    defs = {t.name: t for t in body.tools or []}
     if body.system:
-        text = body.system if isinstance(body.system, str) else "".join(_block_text(b) for b in body.system)
-        out.append({"role": "system", "content": text})
+        text = (
+            body.system
+            if isinstance(body.system, str)
+            else "".join(_block_text(b) for b in body.system if not (b.text or "").startswith(BILLING_HEADER))
+        )
+        if text:
+            out.append({"role": "system", "content": text})
     for msg in body.messages:
         if isinstance(msg.content, str):
             out.append({"role": msg.role, "content": msg.content})
@@ -105,7 +156,7 @@ def to_openai_messages(body: MessagesRequest) -> list[Message]:
                     }
                 )
             elif block.type == "tool_result" and msg.role == "user":
-                result = message_text(block.content)
+                result = message_text(_load_references(block.content, defs))
                 if block.is_error:
                     result = f"Error: {result}"
                 out.append({"role": "tool", "tool_call_id": block.tool_use_id or "", "content": result})
@@ -125,20 +176,43 @@ def to_openai_messages(body: MessagesRequest) -> list[Message]:
     return out
 
 
+def _function(t: AnthropicTool) -> dict[str, Any]:
+    return {"name": t.name, **({"description": t.description} if t.description else {}), "parameters": t.input_schema}
+
+
+def _load_references(content: Any, defs: dict[str, AnthropicTool]) -> Any:
+    """A tool result's ``tool_reference`` blocks (Claude Code's ToolSearch: "load these deferred tools")
+    as the text its tool description promises: a ``<functions>`` block with one
+    ``<function>{"description", "name", "parameters"}</function>`` line per tool, each a declared one."""
+    if not isinstance(content, list) or not any(b.get("type") == "tool_reference" for b in content):
+        return content
+    out: list[dict[str, Any]] = []
+    lines: list[str] = []
+    for block in [*content, {"type": "end"}]:
+        if block.get("type") == "tool_reference":
+            name = block.get("tool_name")
+            if name not in defs:
+                raise ChatError(
+                    f"a tool_reference names {name!r}, which the request does not declare; the declared tools "
+                    f"are {sorted(defs)}"
+                )
+            fn = _function(defs[name])
+            lines.append("<function>" + json.dumps({"description": fn.get("description", ""), "name": name,
+                                                    "parameters": fn["parameters"]}, ensure_ascii=False) + "</function>")  # fmt: skip
+            continue
+        if lines:
+            out.append({"type": "text", "text": "<functions>\n" + "\n".join(lines) + "\n</functions>"})
+            lines = []
+        if block.get("type") != "end":
+            out.append(block)
+    return out
+
+
 def openai_tools(tools: list[AnthropicTool] | None) -> list[dict[str, Any]] | None:
-    if not tools:
-        return None
-    return [
-        {
-            "type": "function",
-            "function": {
-                "name": t.name,
-                **({"description": t.description} if t.description else {}),
-                "parameters": t.input_schema,
-            },
-        }
-        for t in tools
-    ]
+    """The prompt's tool list: every declared tool but those whose loading is deferred (a tool result's
+    ``tool_reference`` shows the model those)."""
+    listed = [{"type": "function", "function": _function(t)} for t in tools or [] if not t.defer_loading]
+    return listed or None
 
 
 def take_prefill(msgs: list[Message], forced_call: bool) -> str:
@@ -310,6 +384,7 @@ def anthropic_router(service: ProxyService) -> APIRouter:
     cfg = service.cfg
 
     def convert(body: MessagesRequest) -> tuple[list[Message], list[dict[str, Any]] | None]:
+        check_supported(body)
         try:
             return to_openai_messages(body), openai_tools(body.tools)
         except ChatError as exc:
@@ -341,7 +416,7 @@ def anthropic_router(service: ProxyService) -> APIRouter:
             request_key=request_key("messages", raw, idempotency_key),
             messages=msgs,
             tools=tools,
-            parse_tools=bool(tools) and choice.mode != "none",
+            parse_tools=bool(body.tools) and choice.mode != "none",
             reply_prefix=choice.prefix(service.chat.tool_format),
             prefill=prefill,
             stop=[s for s in body.stop_sequences or [] if s],
