@@ -421,6 +421,8 @@ BAD_FIELDS = [
     ({"tools": [{"type": "web_search_20250305", "name": "web_search", "max_uses": 8}]}, "tools[0].type", "'web_search_20250305'"),
     ({"tools": [*TOOLS, {"type": "bash_20250124", "name": "bash2"}]}, "tools[1].type", "custom tools"),
     ({"mcp_servers": [{"type": "url", "url": "https://example.com/mcp", "name": "x"}]}, "mcp_servers", "MCP"),
+    ({"tools": [{"type": "advisor_20260301", "name": "advisor", "model": "m"}]}, "tools[0].type",
+     "the advisor tool is not available"),  # Claude Code's phrase to drop the tool and retry
 ]  # fmt: skip
 
 
@@ -480,6 +482,23 @@ async def test_tool_search_loads_deferred_tools_through_tool_reference_blocks(ch
             listed,
         )  # fmt: skip
         assert engine.calls[0].prompt_ids == want
+        named = {**body, "tool_choice": {"type": "tool", "name": "WebFetch"}}  # a deferred tool is declared
+        r = await client.post(f"/s/{s['id']}/v1/messages", json=named, headers={"x-api-key": s["secret"]})
+        assert r.status_code == 200, r.text
         result["content"] = [{"type": "tool_reference", "tool_name": "Nope"}]
         r = await client.post(f"/s/{s['id']}/v1/messages", json=body, headers={"x-api-key": s["secret"]})
         assert r.status_code == 400 and "'Nope'" in r.json()["error"]["message"]
+
+
+async def test_disable_parallel_tool_use_ends_the_reply_with_its_first_call(chat: ChatFormat, tmp_path: Path) -> None:
+    two = CALL_TEXT + "\n" + CALL_TEXT.replace('"ls"', '"pwd"').removeprefix("Checking.\n")
+    engine = scripted(chat.tokenizer, [two, two])
+    async with proxy_client(chat, engine, tmp_path / "p.db") as (client, _app):
+        s = await new_session(client)
+        for choice, calls in (({"type": "auto", "disable_parallel_tool_use": True}, 1), ({"type": "auto"}, 2)):
+            body = {"model": "m", "max_tokens": 200, "tools": TOOLS, "tool_choice": choice,
+                    "messages": [{"role": "user", "content": "list"}]}  # fmt: skip
+            r = await client.post(f"/s/{s['id']}/v1/messages", json=body, headers={"x-api-key": s["secret"]})
+            got = r.json()
+            assert [b["input"] for b in got["content"] if b["type"] == "tool_use"] == [{"cmd": "ls"}, {"cmd": "pwd"}][:calls]
+            assert got["stop_reason"] == "tool_use"

@@ -25,6 +25,7 @@ from tests.proxy_fakes import new_session, proxy_client, record, scripted, sdk_h
 from tests.servers import serve
 from tests.test_proxy_e2e import ADMIN, admin, check_record_against_reference
 from tests.test_proxy_openai import CALL_TEXT, auth
+from tests.test_proxy_openai import TOOLS as TOOLS_CHAT
 
 PARAMS = {"type": "object", "properties": {"cmd": {"type": "string"}}}
 CHAT_TOOLS = [
@@ -226,6 +227,34 @@ async def test_two_calls_in_one_reply_come_back_as_one_trajectory(chat: ChatForm
         await client.post(url(s), json={**body, "input": [*conv, *first["output"], *outputs]}, headers=auth(s))
         rec = await record(client, s["id"])
         assert rec["stats"]["trajectories"] == 1 and rec["stats"]["splits"] == 0  # both ids match the record
+
+
+async def test_parallel_tool_calls_false_ends_the_reply_with_its_first_call(chat: ChatFormat, tmp_path: Path) -> None:
+    """The model would write two calls; asked for one, the engine stops at the first call's closing tag,
+    which stays in the sampled ids, and the next turn still builds on them (one trajectory). The same on
+    chat completions, streamed."""
+    two = CALL_TEXT + "\n" + CALL_TEXT.replace('"ls"', '"pwd"')
+    engine = scripted(chat.tokenizer, [two, "done", two])
+    async with proxy_client(chat, engine, tmp_path / "p.db") as (client, _):
+        s = await new_session(client)
+        conv: list[dict[str, Any]] = [{"role": "user", "content": "list"}]
+        body = {"instructions": "sys", "tools": TOOLS, "parallel_tool_calls": False}
+        first = (await client.post(url(s), json={**body, "input": conv}, headers=auth(s))).json()
+        calls = [o for o in first["output"] if o["type"] == "function_call"]
+        assert [json.loads(c["arguments"]) for c in calls] == [{"cmd": "ls"}] and first["parallel_tool_calls"] is False
+        assert engine.calls[0].params.stop == ["</tool_call>"]
+        out = {"type": "function_call_output", "call_id": calls[0]["call_id"], "output": "x"}
+        await client.post(url(s), json={**body, "input": [*conv, *first["output"], out]}, headers=auth(s))
+        rec = await record(client, s["id"])
+        assert rec["stats"]["trajectories"] == 1 and rec["stats"]["splits"] == 0  # the cut ids match the next prompt
+        assert chat.decode(rec["calls"][0]["completion_ids"]).endswith("</tool_call>")  # sampled, kept
+        chat_body = {"messages": [{"role": "user", "content": "x"}], "tools": TOOLS_CHAT, "parallel_tool_calls": False,
+                     "stream": True}  # fmt: skip
+        r = await client.post(url(s, "/chat/completions"), json=chat_body, headers=auth(s))
+        chunks = [json.loads(line[6:]) for line in r.text.splitlines() if line.startswith("data: {")]
+        deltas = [c for ch in chunks for c in ch["choices"] for c in c["delta"].get("tool_calls") or []]
+        assert [d["function"]["name"] for d in deltas if d.get("function", {}).get("name")] == ["bash"]
+        assert [c["finish_reason"] for ch in chunks for c in ch["choices"] if c["finish_reason"]] == ["tool_calls"]
 
 
 @pytest.mark.parametrize(
@@ -616,9 +645,8 @@ async def test_engine_failures_keep_the_openai_error_shape(chat: ChatFormat, tmp
             assert r.json()["error"]["code"] == "engine_unavailable"
     # Once the headers are out, an error comes as an ``error`` event in the stream, then response.failed.
     shape = ResponseStream({"id": "resp_1", "status": "in_progress"}, lambda row: {})
-    for status, code, want in [(503, "engine_unavailable", "server_error"), (429, "rate_limit_exceeded", "rate_limit_exceeded"),
-                               (400, "context_length_exceeded", "context_length_exceeded"), (400, "x", "invalid_prompt")]:  # fmt: skip
-        assert failed_code(status, code) == want  # the API's codes (the SDK's ResponseError), and Codex's
+    for status, want in [(503, "server_error"), (500, "server_error"), (429, "rate_limit_exceeded"), (400, "invalid_prompt")]:
+        assert failed_code(status) == want  # the API's codes (the SDK's ResponseError)
     error, failed = events(shape.error(503, "the engine is unavailable").decode())
     assert error == {
         "type": "error",

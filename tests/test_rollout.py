@@ -236,10 +236,12 @@ def test_a_resume_marks_the_lost_steps_rows_and_keeps_them(tmp_path: Path) -> No
     assert mark_lost_steps(run, 1) == 2
     for task, step in [("c", 2), ("c", 2), ("d", 3)]:
         add(store, task, step)
+    with (run / RESUMES).open("a") as fh:
+        fh.write('{"from_step": 9, "ro')  # a mark a kill cut: ignored, and the next one is not glued to it
     assert mark_lost_steps(run, 2) == 1  # stopped again after step 2's checkpoint: step 3's row is lost
     add(store, "e", 3)
     store.close()
-    assert mark_lost_steps(run, 3) == 0 and len((run / RESUMES).read_text().splitlines()) == 2
+    assert mark_lost_steps(run, 3) == 0 and len((run / RESUMES).read_text().splitlines()) == 3
 
     rows = read_trajectories(run)
     assert [(r["task_id"], r["step"], bool(r.get("lost"))) for r in rows] == [

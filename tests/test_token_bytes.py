@@ -21,6 +21,18 @@ def test_byte_level_tokens_join_to_the_texts_utf8(tokenizer: Any) -> None:
     assert token_bytes(tokenizer, [end]) == [b"<|im_end|>"]  # a special token: its text
 
 
+def test_an_added_tokens_bytes_are_its_texts() -> None:
+    """An added token's piece is its text, not byte-level characters ("é" is one of those: read as one,
+    it gave the byte 0xE9, not UTF-8; decoding the token through the byte-level decoder does the same)."""
+    from coderl.checkpoint import load_tokenizer, resolve_checkpoint
+
+    tok = load_tokenizer(resolve_checkpoint())  # a copy of its own: the session's stays unchanged
+    tok.add_tokens(["café"])
+    ids = tok.encode("un café", add_special_tokens=False)
+    assert tok.convert_tokens_to_ids("café") in ids
+    assert b"".join(token_bytes(tok, ids)) == "un café".encode()
+
+
 def test_byte_fallback_pieces_are_their_byte() -> None:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast

@@ -223,8 +223,9 @@ def sampled_outcomes(
 
 def trained_task_ids(run_dir: Path) -> list[str]:
     """The tasks a train run rolled out for its RL steps (every group, dynamic sampling's refills
-    included; calibration and validation live in folders of their own)."""
-    return sorted({str(row["task_id"]) for row in read_trajectories(run_dir)})
+    included; calibration and validation live in folders of their own; not those of steps a resume
+    redid)."""
+    return sorted({str(row["task_id"]) for row in read_trajectories(run_dir) if not row.get("lost")})
 
 
 def final_model(run_dir: Path) -> Path:

@@ -4,8 +4,9 @@ tokens give its UTF-8 text, also where one character is split over several token
 Decoding a token alone cannot give them: a token holding part of a character decodes to U+FFFD.
 Byte-level BPE vocabularies (GPT-2, Llama 3, Qwen, SmolLM) write each byte as one printable
 character, so a token's piece maps back to its bytes; SentencePiece vocabularies with byte fallback
-write a lone byte as ``<0xNN>`` and a space as ``▁``. Other tokens (added and special ones among
-them) are their decoded text's UTF-8.
+write a lone byte as ``<0xNN>`` and a space as ``▁`` (so there the first piece's space is in its
+bytes, where decoding drops it). Added and special tokens are their text's UTF-8, the pieces of other
+vocabularies their decoded text's.
 """
 
 from __future__ import annotations
@@ -57,10 +58,13 @@ def token_bytes(tokenizer: Any, ids: list[int]) -> list[bytes]:
     kinds = decoder_kinds(tokenizer)
     byte_level = "ByteLevel" in kinds
     table = _byte_of_char()
+    added = getattr(tokenizer, "added_tokens_decoder", None) or {}  # id -> AddedToken: its content is its text
     out: list[bytes] = []
     for token_id, piece in zip(ids, tokenizer.convert_ids_to_tokens(ids), strict=True):
-        if piece is None:  # an id outside the vocabulary
+        if not isinstance(piece, str):  # an id outside the vocabulary
             out.append(b"")
+        elif token_id in added:  # (decoding one through a byte-level decoder misreads its non-ASCII text)
+            out.append(str(added[token_id].content).encode())
         elif byte_level and all(c in table for c in piece):
             out.append(bytes(table[c] for c in piece))
         elif (m := _BYTE_PIECE.fullmatch(piece)) is not None:

@@ -8,7 +8,8 @@ rendering, the mapping to sampled ids and the record.
 Claude Code's billing-header system block is left out of the prompt (:data:`BILLING_HEADER`); tools
 with ``defer_loading`` are out of the tool list until a tool result's ``tool_reference`` block loads
 them. Refused with a 400 (:func:`check_supported`): ``output_config.format`` / ``output_format``,
-Anthropic's typed tools, ``mcp_servers``. ``disable_parallel_tool_use`` is not honoured.
+Anthropic's typed tools, ``mcp_servers``. ``disable_parallel_tool_use`` ends the reply with its first
+tool call (:func:`coderl.proxy.service.call_end`).
 """
 
 from __future__ import annotations
@@ -106,10 +107,12 @@ def check_supported(body: MessagesRequest) -> None:
         )
     for i, tool in enumerate(body.tools or []):
         if tool.type not in (None, "custom"):
+            # Claude Code drops its advisor tool and retries when the 400 says this phrase
+            advisor = "; the advisor tool is not available" if tool.type.startswith("advisor") else ""
             raise ApiError(
                 400,
                 f"tools[{i}] ({tool.name!r}) is Anthropic's {tool.type!r} tool, which Anthropic runs or defines "
-                "itself; this proxy serves custom tools (name, description, input_schema) only",
+                f"itself; this proxy serves custom tools (name, description, input_schema) only{advisor}",
                 param=f"tools[{i}].type",
             )
 
@@ -206,6 +209,11 @@ def _load_references(content: Any, defs: dict[str, AnthropicTool]) -> Any:
         if block.get("type") != "end":
             out.append(block)
     return out
+
+
+def declared(tools: list[AnthropicTool] | None) -> list[dict[str, Any]] | None:
+    """Every declared tool, deferred ones too (what a ``tool_choice`` may name)."""
+    return [{"type": "function", "function": _function(t)} for t in tools or []] or None
 
 
 def openai_tools(tools: list[AnthropicTool] | None) -> list[dict[str, Any]] | None:
@@ -399,7 +407,7 @@ def anthropic_router(service: ProxyService) -> APIRouter:
     ) -> Response:
         session = service.agent_session(request, session_id)
         msgs, tools = convert(body)
-        choice = anthropic_tool_choice(body.tool_choice, tools)
+        choice = anthropic_tool_choice(body.tool_choice, declared(body.tools))
         prefill = take_prefill(msgs, bool(choice.prefix(service.chat.tool_format)))
         raw = await request.body()
         params = SamplingParams(
@@ -417,6 +425,7 @@ def anthropic_router(service: ProxyService) -> APIRouter:
             messages=msgs,
             tools=tools,
             parse_tools=bool(body.tools) and choice.mode != "none",
+            one_call=bool((body.tool_choice or {}).get("disable_parallel_tool_use")),
             reply_prefix=choice.prefix(service.chat.tool_format),
             prefill=prefill,
             stop=[s for s in body.stop_sequences or [] if s],

@@ -4,8 +4,9 @@ Supported: messages (text content, tool calls, tool results), tools, tool_choice
 parsing off; "required" and a named function force a tool call, :mod:`coderl.proxy.tool_choice`),
 stop, max_tokens / max_completion_tokens, temperature, top_p, seed, n=1, logprobs (the sampled
 token's; ``top_logprobs`` above 0 and a ``response_format`` other than text are refused with a 400, as
-the proxy cannot honour them), stream with stream_options.include_usage. Other unknown fields are
-accepted and ignored, as agents send many (user, metadata, parallel_tool_calls...).
+the proxy cannot honour them), stream with stream_options.include_usage, ``parallel_tool_calls: false``
+(the reply ends with its first call: :func:`coderl.proxy.service.call_end`). Other unknown fields are
+accepted and ignored, as agents send many (user, metadata...).
 """
 
 from __future__ import annotations
@@ -87,6 +88,7 @@ class ChatRequest(Sampling):
     logprobs: bool | None = None
     top_logprobs: int | None = Field(None, ge=0, le=20)
     response_format: dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
 
 
 class CompletionRequest(Sampling):
@@ -392,6 +394,7 @@ def openai_router(service: ProxyService) -> APIRouter:
             messages=messages,
             tools=tools,
             parse_tools=bool(tools) and choice.mode != "none",
+            one_call=body.parallel_tool_calls is False,
             reply_prefix=choice.prefix(chat.tool_format),
             stop=stop_list(body.stop),
         )

@@ -15,8 +15,8 @@ forced in token space: :mod:`coderl.proxy.tool_choice`), ``max_output_tokens`` (
 token's logprob and bytes, its calls' and end token's too, as chat completions gives them, on the
 output_text part: a reply of calls only has none; a stream gives them on ``output_text.done``, its
 deltas carry none), and ``seed`` (a coderl extension, as in chat completions).
-Echoed, not acted on: ``metadata``, ``user``, ``parallel_tool_calls`` (the model may still write several
-calls), ``truncation`` (nothing is ever truncated), ``text`` with format text (and its ``verbosity``),
+``parallel_tool_calls: false`` (the reply ends with its first call: :func:`coderl.proxy.service.call_end`).
+Echoed, not acted on: ``metadata``, ``user``, ``truncation`` (nothing is ever truncated), ``text`` with format text (and its ``verbosity``),
 ``reasoning``'s effort and summary. Refused with a 400:
 built-in tools, ``reasoning`` / ``item_reference`` / built-in tool items in the input, content parts of unknown types,
 ``text.format`` other than text, ``top_logprobs`` above 0, ``background``, ``conversation`` and
@@ -279,6 +279,7 @@ def responses_router(service: ProxyService, memory: ResponseMemory | None = None
             messages=messages,
             tools=tools,
             parse_tools=bool(tools) and choice.mode != "none",
+            one_call=body.parallel_tool_calls is False,
             reply_prefix=choice.prefix(service.chat.tool_format),
         )
         head = response_head(body, req.uid, req.created, service.model, tools)

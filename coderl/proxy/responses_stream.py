@@ -118,7 +118,7 @@ class ResponseStream(StreamShape):
         on that key), then ``response.failed`` with the response's ``error`` (what Codex reads)."""
         err = error_body("openai", status, message)["error"]
         code = err["code"] or err["type"]
-        failed = {**self.head, "status": "failed", "error": {"code": failed_code(status, code), "message": message}}
+        failed = {**self.head, "status": "failed", "error": {"code": failed_code(status), "message": message}}
         return self.event(
             "error", code=code, message=message, param=None, error={**err, "code": code}
         ) + self.event("response.failed", response=failed)
@@ -133,13 +133,10 @@ class ResponseStream(StreamShape):
         return [*self.opening(row.result["prompt_tokens"]), *self.closing(row, row.result["content"])]
 
 
-def failed_code(status: int, code: str) -> str:
+def failed_code(status: int) -> str:
     """``response.failed``'s ``error.code``: one the API gives there (the openai SDK's
-    ``ResponseError.code``), and ``context_length_exceeded``, which Codex reads as a full context
-    window; the ``error`` event before it keeps this proxy's own code (``engine_unavailable``, ...)."""
-    if code == "context_length_exceeded":
-        return code
+    ``ResponseError.code``); the ``error`` event before it keeps this proxy's own code
+    (``engine_unavailable``, ...)."""
     if status == 429:
         return "rate_limit_exceeded"
     return "invalid_prompt" if 400 <= status < 500 else "server_error"
-

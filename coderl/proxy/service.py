@@ -69,12 +69,21 @@ class CallRequest:
     ``reply_prefix`` in the prompt ids, part of the assistant message (tool parsing, the next turn's
     id reuse), and kept as ``result["prefill"]`` so the answer leaves it out as Anthropic's does."""
     stop: list[str] = field(default_factory=list)
+    one_call: bool = False
+    """The client takes one tool call per reply (``parallel_tool_calls: false``, Anthropic's
+    ``disable_parallel_tool_use``): the engine ends the reply with its first call (:func:`call_end`)."""
     id_prefix: str = "call"
     live: LiveCall | None = None
     """Set for a streamed call: the engine's ids reach it as they are sampled."""
     uid: str = field(default_factory=lambda: secrets.token_hex(8))
     """The reply's id (chunks streamed before the record is written carry it)."""
     created: int = field(default_factory=lambda: int(time.time()))
+
+
+def call_end(tool_format: str) -> str | None:
+    """The text that closes a tool call in ``tool_format``; None where a call has no closing tag (bare
+    ``json``): there a reply may still hold several calls."""
+    return None if tool_format == "json" else "</tool_call>"
 
 
 def request_key(api: str, body: bytes, idempotency_key: str | None) -> str:
@@ -366,6 +375,9 @@ class ProxyService:
         t_render = time.perf_counter()
         try:
             params = req.params.model_copy(update={"stop": req.stop}) if req.stop else req.params
+            end = call_end(self.chat.tool_format) if req.one_call and req.parse_tools else None
+            if end is not None:  # kept in the reply (not cut as a client's stop string is): it closes the call
+                params = params.model_copy(update={"stop": [*params.stop, end]})
             cap = self.cfg.max_tokens_cap
             if cap is not None and params.max_tokens > cap:
                 params = params.model_copy(update={"max_tokens": cap})

@@ -6,7 +6,8 @@ written as a complete Parquet file ``trajectories/part-NNNNN.parquet``. :func:`r
 reads the shards plus any logged records not yet in a shard.
 
 A resumed training run redoes the steps after its checkpoint; what the stopped process had already
-rolled out for those steps stays on disk (real samples of that policy) but was never trained on.
+rolled out for those steps stays on disk (real samples of that policy), but no update of the run goes
+on from it (any it had trained went with the process).
 :func:`mark_lost_steps` notes them at the resume in ``trajectories.resumes.jsonl`` (append-only, the
 log's row count then and the checkpoint's step), and :func:`read_trajectories` gives those rows
 ``lost: true``, so each step's trained samples are the rows without it.
@@ -107,8 +108,10 @@ def mark_lost_steps(run_dir: Path, last_step: int) -> int:
     rows = _logged(run_dir / "trajectories.jsonl")
     lost = sum(1 for r in rows if int(r.get("step", 0)) > last_step)
     if lost:
-        with (run_dir / RESUMES).open("a") as fh:
-            fh.write(json.dumps({"from_step": last_step, "rows": len(rows), "lost": lost}) + "\n")
+        marks = run_dir / RESUMES
+        cut = marks.is_file() and not marks.read_bytes().endswith(b"\n")  # a line a kill cut: not glued to
+        with marks.open("a") as fh:
+            fh.write(("\n" if cut else "") + json.dumps({"from_step": last_step, "rows": len(rows), "lost": lost}) + "\n")
     return lost
 
 

@@ -222,7 +222,11 @@ class Trainer:
                 + (f", {lost} trajectories of them kept and marked lost" if lost else "")
             )
         elif resume:
-            self.console.print(f"no checkpoint in {self.run_dir}/checkpoints yet: starting from step 1")
+            lost = mark_lost_steps(self.run_dir, 0)  # step 1 is done again: what it had rolled out is lost
+            self.console.print(
+                f"no checkpoint in {self.run_dir}/checkpoints yet: starting from step 1"
+                + (f" ({lost} trajectories of the lost steps kept and marked lost)" if lost else "")
+            )
         self.rows = checkpoints.read_metrics(self.run_dir / "metrics.jsonl")
         self.demonstrated = read_demonstrated(self.run_dir) or read_demonstrated(cfg.model.path)
 
