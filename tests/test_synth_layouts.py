@@ -5,11 +5,13 @@ the ``pypi:`` form; and each mutant run against the test files that call into it
 from __future__ import annotations
 
 import io
+import json
 import tarfile
 from pathlib import Path
 
 import pytest
 
+from coderl.cli.main import main
 from coderl.errors import TaskError
 from coderl.tasks.synth.build import SynthOptions, relevant_files, synthesize
 from coderl.tasks.synth.mutate import Mutation
@@ -112,6 +114,48 @@ async def test_a_suite_slower_than_the_limit_says_so_and_how_to_raise_it(tmp_pat
     (root / "tests" / "test_slow.py").write_text("import time\n\n\ndef test_wait():\n    time.sleep(30)\n")
     with pytest.raises(TaskError, match=r"did not finish within 3 s; raise the limit with --timeout"):
         await synthesize(root, tmp_path / "out", SynthOptions(n=1, timeout_s=3))
+
+
+HELPER_IMPORT = """from tests import helper_value  # tests/__init__.py defines it; the sdist left it out
+
+
+def test_uses_the_helper():
+    assert helper_value
+"""
+
+
+async def test_a_suite_whose_test_files_cannot_be_imported_is_refused_naming_them(tmp_path: Path) -> None:
+    """jmespath 1.1.0's sdist leaves out tests/__init__.py, which five of its six test files import from:
+    one test passed, and 1,336 mutants ran for six minutes to keep none. Fewer than two passing tests
+    can make no task (a test the bug breaks, another it leaves passing): refused at once, naming why."""
+    root = tmp_path / "lib"
+    (root / "shapes").mkdir(parents=True)
+    (root / "shapes" / "__init__.py").write_text(LIB)
+    (root / "tests").mkdir()
+    for i in range(3):
+        (root / "tests" / f"test_helper{i}.py").write_text(HELPER_IMPORT)
+    (root / "tests" / "test_one.py").write_text("from shapes import area\n\n\ndef test_area():\n    assert area(2, 3) == 6\n")
+    with pytest.raises(TaskError) as refused:
+        await synthesize(root, tmp_path / "out", SynthOptions(n=1))
+    said = str(refused.value)
+    assert "passes 1 test (1 collected, 1 passing both runs, 0 flaky)" in said and "at least two" in said
+    assert "3 test file(s) could not be imported" in said
+    assert "tests/test_helper0.py: ImportError: cannot import name 'helper_value' from 'tests'" in said
+
+
+def test_a_synth_with_unimportable_test_files_warns_before_the_mutants_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = _project(tmp_path / "shapes")
+    (root / "tests" / "test_optional.py").unlink()
+    (root / "tests" / "test_helper.py").write_text(HELPER_IMPORT)
+    args = ["tasks", "synth", str(root), str(tmp_path / "out"), "--n", "1", "--no-validate"]
+    assert main(args) == 0
+    said = " ".join(capsys.readouterr().err.split())  # the console wraps its lines
+    assert "warning: 1 test file(s) could not be imported and are left out (e.g. tests/test_helper.py" in said
+    summary = json.loads((tmp_path / "out" / "synth-shapes.json").read_text())  # JSON, as named
+    assert list(summary["test_files_dropped"]) == ["tests/test_helper.py"]
+    assert summary["baseline_failing_tests"] == 0  # the file pytest could not import is counted above
 
 
 def test_a_project_that_needs_a_c_build_is_refused(tmp_path: Path) -> None:

@@ -93,6 +93,28 @@ def run_tasks_convert(ns: argparse.Namespace) -> int:
     return 0
 
 
+def _no_task_advice(summary: dict[str, Any]) -> str:
+    """What to try when a synthesis kept no task, from what its summary says went wrong."""
+    advice = []
+    if summary["tried"] < summary["mutation_sites"]:
+        advice.append("allow more mutants with --max-tries")
+    if summary["bug_in"] or summary["max_lines"]:
+        advice.append("widen the choice (--bug-in, --max-lines)")
+    dropped = summary["test_files_dropped"]
+    if dropped:
+        advice.append(
+            f"{len(dropped)} of {len(dropped) + summary['test_files']} test files could not be imported and "
+            f"were left out (test_files_dropped in synth-{summary['name']}.json): with them the suite may "
+            "catch more"
+        )
+    if summary["dropped"]["uncaught"] > summary["tried"] // 2:
+        advice.append(
+            f"most mutants were caught by no test: the {summary['baseline_passing_tests']} passing tests "
+            "exercise little of the library"
+        )
+    return "; ".join(advice) or "every mutation site was tried; see the summary's dropped counts"
+
+
 def run_tasks_synth(ns: argparse.Namespace) -> int:
     from coderl.tasks.synth.build import SynthOptions, progress_callback, synthesize
 
@@ -112,11 +134,7 @@ def run_tasks_synth(ns: argparse.Namespace) -> int:
     dropped = ", ".join(f"{k} {v}" for k, v in summary["dropped"].items() if v) or "none"
     ran = f"{summary['tried']} of {summary['mutation_sites']} mutants run; dropped: {dropped}"
     if not summary["kept"]:
-        console.print(
-            f"coderl: error: no task kept ({ran}); allow more mutants with --max-tries, or widen the "
-            "choice (--bug-in, --max-lines)",
-            highlight=False,
-        )
+        console.print(f"coderl: error: no task kept ({ran}); {_no_task_advice(summary)}", highlight=False)
         return 1
     console.print(f"{summary['kept']} tasks in {ns.out}/tasks ({ran}); load them with tasks.source=native:{ns.out}")
     kinds = summary["by_kind"]

@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import difflib
 import hashlib
+import json
 import re
 import shutil
 import time
@@ -120,6 +121,8 @@ class _State:
     surplus: int = 0
     run_s: list[float] = field(default_factory=list)
     """Seconds of each mutant's test run."""
+    test_files_dropped: dict[str, str] = field(default_factory=dict)
+    """Test files the pristine run could not import (path: error), left out of every mutant's run."""
 
 
 def library_files(repo: Path) -> list[str]:
@@ -258,7 +261,15 @@ def progress_callback(progress: Progress, n: int, label: str = "mutants run") ->
     checked = progress.add_task("validated", total=None, info="", visible=False)
 
     def tick(stage: str, state: _State) -> None:
-        if stage == "mutants":
+        if stage == "baseline":
+            if state.test_files_dropped:  # said before the mutants run: few tests may catch few bugs
+                first, error = next(iter(state.test_files_dropped.items()))
+                progress.console.print(
+                    f"warning: {len(state.test_files_dropped)} test file(s) could not be imported and are left "
+                    f"out (e.g. {first}: {error}); the full list goes to test_files_dropped in the summary",
+                    highlight=False,
+                )
+        elif stage == "mutants":
             progress.update(kept, completed=min(len(state.kept), state.want), info=f"{sum(state.tried.values())} {label}")
         else:
             progress.update(checked, advance=1, visible=True, total=len(state.kept))
@@ -307,11 +318,8 @@ async def synthesize(
     base = await _baseline(pristine, spec, opts.timeout_s)
     pristine_s = time.perf_counter() - pristine_t0
     baseline, env, passing = base.run, base.env, base.passing
-    if not passing:
-        raise TaskError(
-            f"repository {given!r}: its test suite passes no test ({len(baseline.cases)} collected, "
-            f"{len(base.flaky)} flaky); make it pass first. Output:\n{baseline.output[-1500:]}"
-        )
+    if len(passing) < 2:  # a task needs a test its bug breaks and another it leaves passing
+        raise TaskError(_too_few_passing(given, base))
     every = [f for f in test_files(pristine) if f not in baseline.collection_errors]
     protected = protected_lines(out / "tasks", name, opts.tier)
     mutations: list[Mutation] = []
@@ -336,8 +344,10 @@ async def synthesize(
     order = interleave(mutations, opts.seed)
     if opts.max_tries is not None:
         order = (m for _, m in zip(range(opts.max_tries), order, strict=False))
-    state = _State(enumerate(order), opts.n)
+    state = _State(enumerate(order), opts.n, test_files_dropped=dict(baseline.collection_errors))
     state.dropped["overlaps_existing_task"] = overlaps
+    if on_progress is not None:
+        on_progress("baseline", state)
 
     async def worker() -> None:
         async with SuiteRunner(pristine, spec, env, opts.timeout_s, base.lenient) as suite:
@@ -401,7 +411,9 @@ async def synthesize(
         "surplus": state.surplus,
         "by_kind": {k: {"tried": state.tried[k], "kept": state.kept_kinds[k]} for k in sorted(state.tried)},
         "baseline_passing_tests": len(passing),
-        "baseline_failing_tests": len(baseline.cases) - len(passing) - len(base.flaky),
+        "baseline_failing_tests": max(
+            0, len(baseline.cases) - len(passing) - len(base.flaky) - len(baseline.collection_errors)
+        ),  # a test file pytest could not import is counted in test_files_dropped, not here
         "flaky_tests": base.flaky,
         "test_files": len(every),
         "test_files_dropped": baseline.collection_errors,
@@ -413,8 +425,33 @@ async def synthesize(
         "task_ids": sorted(set(written) - set(failures)),
         "seconds": round(time.perf_counter() - started, 1),
     }
-    (out / f"synth-{name}.json").write_text(yaml.safe_dump(summary, sort_keys=False))
+    (out / f"synth-{name}.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary
+
+
+def _too_few_passing(given: str, base: Baseline) -> str:
+    """Why a pristine suite that passes fewer than two tests makes no task, and the likely cause: test
+    files that could not be imported (an sdist may leave out a file its tests import)."""
+    run = base.run
+    dropped = run.collection_errors
+    collected = max(0, len(run.cases) - len(dropped))  # a file pytest could not import is one error case
+    counts = f"{collected} collected, {len(base.passing)} passing both runs, {len(base.flaky)} flaky"
+    head = (
+        f"repository {given!r}: its test suite passes {len(base.passing) or 'no'} test"
+        f"{'s' if len(base.passing) != 1 else ''} ({counts}); a task needs a test its bug breaks and "
+        "another it leaves passing, so at least two"
+    )
+    if not dropped:
+        todo = "make the suite pass first" if not base.passing else "it needs more tests"
+        return f"{head}; {todo}. Output:\n{run.output[-1500:]}"
+    named = "\n".join(f"  {path}: {error}" for path, error in list(dropped.items())[:8])
+    more = f"\n  ... and {len(dropped) - 8} more" if len(dropped) > 8 else ""
+    hint = (
+        "; a source distribution may leave out a file its tests import (such as tests/__init__.py): "
+        "synthesise from a checkout of the project's repository instead"
+        if is_pypi(given) else ""
+    )
+    return f"{head}. {len(dropped)} test file(s) could not be imported{hint}:\n{named}{more}"
 
 
 def _instruction(fail_to_pass: list[str], failures: list[JUnitCase], pristine: Path) -> str:
