@@ -364,6 +364,7 @@ async def test_a_prefilled_assistant_turn_is_continued(chat: ChatFormat, tmp_pat
         ask: Any = [{"role": "user", "content": "What is 6 x 7?"}, {"role": "assistant", "content": "The answer is ("}]
         plain = await sdk.messages.create(model="m", max_tokens=16, messages=ask)
         assert plain.content[0].text == "42)."  # type: ignore[union-attr]
+        assert plain._request_id and plain._request_id.startswith("req_")  # Anthropic's request-id header
         assert chat.tokenizer.decode(engine.prompts[0]).endswith("<|im_start|>assistant\nThe answer is (")
         async with sdk.messages.stream(model="m", max_tokens=16, messages=ask) as stream:
             streamed = "".join([t async for t in stream.text_stream])

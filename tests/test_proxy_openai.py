@@ -228,6 +228,9 @@ async def test_streaming_through_the_openai_sdk(chat: ChatFormat, tmp_path: Path
         )
         assert plain.choices[0].finish_reason == "length" and plain.usage is not None
         assert plain.usage.completion_tokens == 4
+        # the SDK's request id (x-request-id), one per request, as OpenAI's API gives it
+        again = await sdk.chat.completions.create(model="m", messages=[{"role": "user", "content": "more"}], max_tokens=2)
+        assert plain._request_id and plain._request_id.startswith("req_") and again._request_id != plain._request_id
         models = await sdk.models.list()
         assert [m.id for m in models.data] == ["test-model"]
 

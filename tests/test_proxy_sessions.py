@@ -233,8 +233,11 @@ async def test_bad_input_gets_4xx_in_openai_format(chat: ChatFormat, tmp_path: P
             for at in range(0, len(raw), 1000):
                 yield raw[at : at + 1000]
 
-        err = openai_error(await client.post(path, content=chunked(), headers=h), 413)
+        too_big = await client.post(path, content=chunked(), headers=h)
+        err = openai_error(too_big, 413)
         assert "proxy.max_body_mb" in err["message"]
+        # refused before the app: still with its request id, under both APIs' header names
+        assert too_big.headers["x-request-id"] == too_big.headers["request-id"] != ""
         openai_error(await client.get(f"/s/{s['id']}/v1/nothing-here", headers=h), 404)
         openai_error(
             await client.post(f"/s/{s['id']}/v1/completions", json={"prompt": ["a", "b"]}, headers=h), 400
@@ -408,3 +411,25 @@ async def test_a_proxy_served_in_a_loop_stops_in_seconds_with_a_call_under_way(
         assert time.monotonic() - t0 < 5  # not the engine's 60 s
         r = await call
         assert "shutting down" in openai_error(r, 503)["message"]
+
+
+async def test_an_internal_error_carries_its_request_id_into_the_answer_and_the_log(
+    chat: ChatFormat, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A 500 is answered outside the middleware stack; it still names the request, and the proxy's log
+    line names the same id (what an agent's SDK reports as ``_request_id`` finds the traceback)."""
+    async with proxy_client(chat, scripted(chat.tokenizer), tmp_path / "p.db") as (client, app):
+        s = await new_session(client)
+
+        def broken(session_id: str) -> Any:
+            raise RuntimeError("a bug")
+
+        app.state.service.session = broken
+        transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+        async with httpx.AsyncClient(transport=transport, base_url="http://proxy.test") as raw:
+            with caplog.at_level("ERROR", logger="coderl.proxy.app"):
+                r = await raw.get(f"/sessions/{s['id']}", headers=ADMIN_H)
+        assert openai_error(r, 500)["message"] == "internal proxy error: RuntimeError"
+        rid = r.headers["x-request-id"]
+        assert rid.startswith("req_") and r.headers["request-id"] == rid
+        assert f"(request {rid})" in caplog.text

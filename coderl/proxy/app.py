@@ -41,6 +41,7 @@ from coderl.proxy.openai_api import openai_router
 from coderl.proxy.openapi import document
 from coderl.proxy.relay import RelayEngine
 from coderl.proxy.relay_api import relay_router
+from coderl.proxy.request_id import HEADERS, RequestId, request_id_of
 from coderl.proxy.responses_api import responses_router
 from coderl.proxy.service import ProxyService
 from coderl.proxy.sessions_api import sessions_router
@@ -154,6 +155,7 @@ def create_app(
         return info
 
     app.add_middleware(BodyLimit, limit=int(cfg.max_body_mb * 2**20))
+    app.add_middleware(RequestId)  # outermost of ours: a 413 carries an id too
     document(app)
     return app
 
@@ -244,7 +246,10 @@ def _error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def _internal(request: Request, exc: Exception) -> JSONResponse:
-        log.exception("unhandled error on %s", request.url.path)
-        return error_response(
-            dialect_of(request.url.path), 500, f"internal proxy error: {type(exc).__name__}"
-        )
+        rid = request_id_of(request.scope)
+        log.exception("unhandled error on %s (request %s)", request.url.path, rid)
+        answer = error_response(dialect_of(request.url.path), 500, f"internal proxy error: {type(exc).__name__}")
+        if rid:  # this answer is sent outside the RequestId middleware: its headers are set here
+            for name in HEADERS:
+                answer.headers[name.decode()] = rid
+        return answer
