@@ -446,12 +446,16 @@ def _too_few_passing(given: str, base: Baseline) -> str:
         return f"{head}; {todo}. Output:\n{run.output[-1500:]}"
     named = "\n".join(f"  {path}: {error}" for path, error in list(dropped.items())[:8])
     more = f"\n  ... and {len(dropped) - 8} more" if len(dropped) > 8 else ""
+    first, error = next(iter(dropped.items()))
     hint = (
         "; a source distribution may leave out a file its tests import (such as tests/__init__.py): "
         "synthesise from a checkout of the project's repository instead"
         if is_pypi(given) else ""
     )
-    return f"{head}. {len(dropped)} test file(s) could not be imported{hint}:\n{named}{more}"
+    return (  # the first line stands alone (bench synth's table quotes it)
+        f"{head}. {len(dropped)} test file(s) could not be imported (e.g. {first}: {error}){hint}. "
+        f"All of them:\n{named}{more}"
+    )
 
 
 def _instruction(fail_to_pass: list[str], failures: list[JUnitCase], pristine: Path) -> str:
