@@ -210,8 +210,13 @@ def test_bench_synth_table_gives_each_library_its_row() -> None:
             "lenient_settings": False, "pristine_s": 5.8, "mutant_run_s_mean": 3.0, "validation_failures": {},
             "src_layout": False, "minutes": 2.5}  # fmt: skip
     refused = {"library": "markupsafe==3.0.2", "refused": "markupsafe==3.0.2 needs a C build", "minutes": 0.2}
-    md = to_markdown({"libraries": [kept, refused], "n": 30, "timeout_s": 120, "machine": {"cpu": "x", "cores": 2}})
+    one = {**kept, "library": "inflection==0.5.1", "test_files": 1}
+    dropped = {**kept, "library": "humanize==4.11.0", "test_files": 3, "test_files_dropped": {"a": "e", "b": "e"}}
+    md = to_markdown({"libraries": [kept, one, dropped, refused], "n": 30, "timeout_s": 120, "machine": {"cpu": "x", "cores": 2}})
     assert "| `toolz==0.12.1` | flat; 12 test files; 180 tests pass | 10 | 4 | uncaught 5, timeout 1 | 4 of 4 | 2.5 |" in md
+    assert "| `inflection==0.5.1` | flat; 1 test file; 180 tests pass |" in md
+    assert "| `humanize==4.11.0` | flat; 3 (+2 left out: pytest could not import them) test files; 180 tests pass |" in md
+    assert "a suite run may take 120 s" in md
     assert "| `markupsafe==3.0.2` | refused: markupsafe==3.0.2 needs a C build |" in md
     assert "operator 75%, key 25%" in md
 

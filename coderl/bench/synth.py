@@ -1,8 +1,9 @@
 """``coderl bench synth``: ``coderl tasks synth`` on public libraries fetched from PyPI at run time, one
 row per library: its layout, tests, mutants tried and kept, drops by reason, validation, minutes.
 
-Owns: the default list of libraries (pure-Python projects whose sdists carry their tests, plus two that
-must be refused: one that needs a C build, one whose sdist has no tests) and the table. It does not
+Owns: the default list of libraries (pure-Python projects whose sdists carry their tests, plus three
+that must be refused: one that needs a C build, one whose sdist has no tests, one whose tests cannot be
+imported from its sdist) and the table. It does not
 synthesise anything itself (:func:`coderl.tasks.synth.build.synthesize` does) and commits nothing
 from those libraries: tasks are made under the bench's run folder.
 """
@@ -26,8 +27,11 @@ LIBRARIES = (
     "cachetools==5.5.0",  # a src/ layout, tests at the root
     "humanize==4.11.0",  # a src/ layout; some test files need freezegun (left out, counted, where missing)
     "boltons==24.1.0",  # many modules, tests at the root
+    "tomlkit==0.13.2",  # tests/ with a conftest.py and data-driven tests over toml-test's files
+    "inflection==0.5.1",  # one test module beside the package, at the root
     "markupsafe==3.0.2",  # a C extension: refused
     "sortedcontainers==2.4.0",  # an sdist without tests: refused
+    "jmespath==1.1.0",  # its tests import from tests/__init__.py, which the sdist leaves out: refused
 )
 """What ``coderl bench synth`` runs by default (pinned: the table must be reproducible)."""
 
@@ -92,13 +96,14 @@ def to_markdown(r: dict[str, Any]) -> str:
             continue
         dropped = ", ".join(f"{k} {v}" for k, v in row["dropped"].items() if v) or "none"
         files = f"{row['test_files']}" + (
-            f" (+{len(row['test_files_dropped'])} left out: a test dependency missing)" if row["test_files_dropped"] else ""
+            f" (+{len(row['test_files_dropped'])} left out: pytest could not import them)" if row["test_files_dropped"] else ""
         )
+        files += " test file" if row["test_files"] == 1 and not row["test_files_dropped"] else " test files"
         tests = f"{row['baseline_passing_tests']}" + (f" ({len(row['flaky_tests'])} flaky)" if row["flaky_tests"] else "")
         layout = "src/" if row["src_layout"] else "flat"
         valid = f"{row['kept']} of {row['kept'] + len(row['validation_failures'])}"
         lines.append(
-            f"| `{row['library']}` | {layout}; {files} test files; {tests} tests pass | {row['tried']} | "
+            f"| `{row['library']}` | {layout}; {files}; {tests} tests pass | {row['tried']} | "
             f"{row['kept']} | {dropped} | {valid} | {row['minutes']:.1f} |"
         )
         for kind, v in row["by_kind"].items():
@@ -109,7 +114,7 @@ def to_markdown(r: dict[str, Any]) -> str:
 
 Command: `{r.get("command", "coderl bench synth")}` — {m["cpu"]}, {m["cores"]} cores. Each library's sdist
 is fetched with pip at run time (nothing of it is committed), its suite run twice (flaky tests left out)
-and up to {r["n"]} tasks synthesised (seed 0), each proven by validation.
+and up to {r["n"]} tasks synthesised (seed 0), each proven by validation; a suite run may take {r["timeout_s"]:.0f} s.
 
 | library | layout and suite | mutants run | kept | dropped | validated | minutes |
 |---|---|---|---|---|---|---|

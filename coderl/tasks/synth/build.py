@@ -453,8 +453,8 @@ def _too_few_passing(given: str, base: Baseline) -> str:
         if is_pypi(given) else ""
     )
     return (  # the first line stands alone (bench synth's table quotes it)
-        f"{head}. {len(dropped)} test file(s) could not be imported (e.g. {first}: {error}){hint}. "
-        f"All of them:\n{named}{more}"
+        f"{head}. {len(dropped)} test file(s) could not be imported (e.g. {first}: {error}){hint}."
+        f"\nAll of them:\n{named}{more}"
     )
 
 
