@@ -370,6 +370,8 @@ async def test_a_prefilled_assistant_turn_is_continued(chat: ChatFormat, tmp_pat
             streamed = "".join([t async for t in stream.text_stream])
             final = await stream.get_final_message()
         assert streamed == "42)." and final.content[0].text == "42)."  # type: ignore[union-attr]
+        ids = stream.response.headers["request-id"], stream.response.headers["x-request-id"]
+        assert ids[0] == ids[1] and ids[0].startswith("req_") and ids[0] != plain._request_id  # streamed too
         rec = await record(client, s["id"])
         assert rec["calls"][0]["completion_ids"][:2] == chat.encode("42).")[:2]  # the prefill is prompt, not sampled
         counted = await sdk.messages.count_tokens(model="m", messages=ask)

@@ -309,3 +309,53 @@ def test_a_synth_that_keeps_no_task_says_so_and_exits_1(tmp_path: Path, capsys: 
     assert "--max-tries" not in said and "most mutants were caught by no test: the 2 passing tests" in said
     assert main([*args, "--json"]) == 1
     assert json.loads(capsys.readouterr().out)["kept"] == 0
+
+
+def _summary(**given: object) -> dict[str, object]:
+    """A synthesis summary that kept nothing, its counts overridden by ``given``."""
+    base: dict[str, object] = {
+        "name": "lib", "mutation_sites": 24, "eligible_sites": 24, "tried": 24, "bug_in": None, "max_lines": None,
+        "sites_not_called_by_tests": 0, "sites_in_long_functions": 0, "test_files_dropped": {},
+        "baseline_passing_tests": 9, "dropped": {"uncaught": 3, "overlaps_existing_task": 0},
+    }  # fmt: skip
+    return {**base, **given}
+
+
+@pytest.mark.parametrize(
+    ("given", "says", "never"),
+    [
+        # every eligible site tried, some left out by overlaps and --bug-in: no --max-tries
+        (
+            {"eligible_sites": 18, "tried": 18, "bug_in": "callee", "sites_not_called_by_tests": 2,
+             "dropped": {"uncaught": 3, "overlaps_existing_task": 4}},
+            "widen the choice (--bug-in, --max-lines)", "--max-tries",
+        ),
+        ({"eligible_sites": 18, "tried": 5}, "allow more mutants with --max-tries (18 could be tried)", "widen"),
+        ({"tried": 24}, "every eligible mutation site was tried; see the dropped counts in /o/synth-lib.json", "--max"),
+        (
+            {"eligible_sites": 0, "tried": 0, "max_lines": 5, "sites_in_long_functions": 24},
+            "none of its 24 mutation sites was left to try", "--max-tries",
+        ),
+        ({"mutation_sites": 0, "eligible_sites": 0, "tried": 0}, "offers no mutation site", "every"),
+        (
+            {"test_files_dropped": {"tests/test_a.py": "e"}},
+            "1 test file could not be imported and was left out (test_files_dropped in /o/synth-lib.json)", "--max",
+        ),
+    ],
+)  # fmt: skip
+def test_the_no_task_advice_follows_what_the_summary_says(given: dict[str, object], says: str, never: str) -> None:
+    """--max-tries is advised only when eligible mutants were left untried (sites the overlaps, --bug-in
+    and --max-lines left out are not more mutants to try), and the summary is named by its path."""
+    from coderl.cli.tasks_cmd import _no_task_advice
+
+    advice = _no_task_advice(_summary(**given), "/o/synth-lib.json")
+    assert says in advice and never not in advice
+
+
+def test_the_bundled_synthesis_summaries_are_json() -> None:
+    """synth-<name>.json is JSON (it was YAML under that name before 2026-12-01)."""
+    found = sorted((Path(__file__).parents[1] / "coderl" / "tasks" / "bundled").glob("synth-*.json"))
+    assert len(found) == 10
+    for path in found:
+        summary = json.loads(path.read_text())
+        assert summary["name"] == path.stem.removeprefix("synth-") and summary["kept"] > 0

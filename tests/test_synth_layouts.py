@@ -13,7 +13,7 @@ import pytest
 
 from coderl.cli.main import main
 from coderl.errors import TaskError
-from coderl.tasks.synth.build import SynthOptions, relevant_files, synthesize
+from coderl.tasks.synth.build import SynthOptions, _imports_own_tests, relevant_files, synthesize
 from coderl.tasks.synth.mutate import Mutation
 from coderl.tasks.synth.source import _unpack, check_pure_python, fetch_pypi
 
@@ -139,8 +139,25 @@ async def test_a_suite_whose_test_files_cannot_be_imported_is_refused_naming_the
         await synthesize(root, tmp_path / "out", SynthOptions(n=1))
     said = str(refused.value)
     assert "passes 1 test (1 collected, 1 passing both runs, 0 flaky)" in said and "at least two" in said
-    assert "3 test file(s) could not be imported" in said
+    assert "3 test files could not be imported" in said
     assert "tests/test_helper0.py: ImportError: cannot import name 'helper_value' from 'tests'" in said
+    assert "the project's own tests package" in said and "Output:\n" in said  # pytest's own words follow
+
+
+@pytest.mark.parametrize(
+    ("error", "own"),
+    [
+        ("ImportError: cannot import name 'OrderedDict' from 'tests' (unknown location)", True),
+        ("ModuleNotFoundError: No module named 'tests.helpers'", True),
+        ("ModuleNotFoundError: No module named 'tests'", True),
+        ("ModuleNotFoundError: No module named 'testscenarios'", False),
+        ("ModuleNotFoundError: No module named 'freezegun'", False),
+    ],
+)
+def test_a_collection_error_is_told_from_the_projects_own_tests_package(error: str, own: bool) -> None:
+    """Only an import from the project's own ``tests`` package points at a file an sdist left out; a
+    missing dependency is to be installed."""
+    assert _imports_own_tests(error) is own
 
 
 def test_a_synth_with_unimportable_test_files_warns_before_the_mutants_run(
@@ -151,8 +168,12 @@ def test_a_synth_with_unimportable_test_files_warns_before_the_mutants_run(
     (root / "tests" / "test_helper.py").write_text(HELPER_IMPORT)
     args = ["tasks", "synth", str(root), str(tmp_path / "out"), "--n", "1", "--no-validate"]
     assert main(args) == 0
-    said = " ".join(capsys.readouterr().err.split())  # the console wraps its lines
-    assert "warning: 1 test file(s) could not be imported and are left out (e.g. tests/test_helper.py" in said
+    err = capsys.readouterr().err
+    said = " ".join(err.split())  # the console wraps its lines (and folds a long path)
+    assert "warning: 1 test file could not be imported and is left out (e.g. tests/test_helper.py" in said
+    assert f"test_files_dropped in {tmp_path / 'out' / 'synth-shapes.json'}" in "".join(err.split()).replace(
+        "test_files_droppedin", "test_files_dropped in "
+    )  # where to read them all
     summary = json.loads((tmp_path / "out" / "synth-shapes.json").read_text())  # JSON, as named
     assert list(summary["test_files_dropped"]) == ["tests/test_helper.py"]
     assert summary["baseline_failing_tests"] == 0  # the file pytest could not import is counted above
@@ -209,15 +230,15 @@ def test_bench_synth_table_gives_each_library_its_row() -> None:
             "baseline_passing_tests": 180, "flaky_tests": [], "test_files": 12, "test_files_dropped": {},
             "lenient_settings": False, "pristine_s": 5.8, "mutant_run_s_mean": 3.0, "validation_failures": {},
             "src_layout": False, "minutes": 2.5}  # fmt: skip
-    refused = {"library": "markupsafe==3.0.2", "refused": "markupsafe==3.0.2 needs a C build", "minutes": 0.2}
+    refused = {"library": "markupsafe==3.0.2", "refused": "markupsafe==3.0.2 needs a C build (a|b)", "minutes": 0.2}
     one = {**kept, "library": "inflection==0.5.1", "test_files": 1}
     dropped = {**kept, "library": "humanize==4.11.0", "test_files": 3, "test_files_dropped": {"a": "e", "b": "e"}}
     md = to_markdown({"libraries": [kept, one, dropped, refused], "n": 30, "timeout_s": 120, "machine": {"cpu": "x", "cores": 2}})
     assert "| `toolz==0.12.1` | flat; 12 test files; 180 tests pass | 10 | 4 | uncaught 5, timeout 1 | 4 of 4 | 2.5 |" in md
     assert "| `inflection==0.5.1` | flat; 1 test file; 180 tests pass |" in md
-    assert "| `humanize==4.11.0` | flat; 3 (+2 left out: pytest could not import them) test files; 180 tests pass |" in md
+    assert "| `humanize==4.11.0` | flat; 3 test files (+2 left out: pytest could not import them); 180 tests pass |" in md
     assert "a suite run may take 120 s" in md
-    assert "| `markupsafe==3.0.2` | refused: markupsafe==3.0.2 needs a C build |" in md
+    assert "| `markupsafe==3.0.2` | refused: markupsafe==3.0.2 needs a C build (a\\|b) |" in md  # its bar escaped
     assert "operator 75%, key 25%" in md
 
 

@@ -92,13 +92,13 @@ def to_markdown(r: dict[str, Any]) -> str:
     kinds: dict[str, int] = {}
     for row in r["libraries"]:
         if "refused" in row:
-            lines.append(f"| `{row['library']}` | refused: {row['refused']} | | | | | {row['minutes']:.1f} |")
+            refused = row["refused"].replace("|", "\\|")  # a bar would end the table's cell
+            lines.append(f"| `{row['library']}` | refused: {refused} | | | | | {row['minutes']:.1f} |")
             continue
         dropped = ", ".join(f"{k} {v}" for k, v in row["dropped"].items() if v) or "none"
-        files = f"{row['test_files']}" + (
+        files = f"{row['test_files']} test file{'s' if row['test_files'] != 1 else ''}" + (
             f" (+{len(row['test_files_dropped'])} left out: pytest could not import them)" if row["test_files_dropped"] else ""
         )
-        files += " test file" if row["test_files"] == 1 and not row["test_files_dropped"] else " test files"
         tests = f"{row['baseline_passing_tests']}" + (f" ({len(row['flaky_tests'])} flaky)" if row["flaky_tests"] else "")
         layout = "src/" if row["src_layout"] else "flat"
         valid = f"{row['kept']} of {row['kept'] + len(row['validation_failures'])}"

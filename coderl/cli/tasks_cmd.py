@@ -93,26 +93,35 @@ def run_tasks_convert(ns: argparse.Namespace) -> int:
     return 0
 
 
-def _no_task_advice(summary: dict[str, Any]) -> str:
-    """What to try when a synthesis kept no task, from what its summary says went wrong."""
+def _no_task_advice(summary: dict[str, Any], path: str) -> str:
+    """What to try when a synthesis kept no task, from what its summary (at ``path``) says went wrong."""
+    if not summary["mutation_sites"]:
+        return "its library code offers no mutation site (no function this synthesis can change)"
+    if not summary["eligible_sites"]:
+        return (
+            f"none of its {summary['mutation_sites']} mutation sites was left to try (overlapping existing tasks "
+            f"{summary['dropped']['overlaps_existing_task']}, not called by the tests "
+            f"{summary['sites_not_called_by_tests']}, in longer functions {summary['sites_in_long_functions']}); "
+            "widen the choice (--bug-in, --max-lines)"
+        )
     advice = []
-    if summary["tried"] < summary["mutation_sites"]:
-        advice.append("allow more mutants with --max-tries")
+    if summary["tried"] < summary["eligible_sites"]:
+        advice.append(f"allow more mutants with --max-tries ({summary['eligible_sites']} could be tried)")
     if summary["bug_in"] or summary["max_lines"]:
         advice.append("widen the choice (--bug-in, --max-lines)")
     dropped = summary["test_files_dropped"]
     if dropped:
         advice.append(
-            f"{len(dropped)} of {len(dropped) + summary['test_files']} test files could not be imported and "
-            f"were left out (test_files_dropped in synth-{summary['name']}.json): with them the suite may "
-            "catch more"
+            f"{len(dropped)} test file{'s' if len(dropped) != 1 else ''} could not be imported and "
+            f"{'were' if len(dropped) != 1 else 'was'} left out (test_files_dropped in {path}): with them the "
+            "suite may catch more"
         )
     if summary["dropped"]["uncaught"] > summary["tried"] // 2:
         advice.append(
             f"most mutants were caught by no test: the {summary['baseline_passing_tests']} passing tests "
             "exercise little of the library"
         )
-    return "; ".join(advice) or "every mutation site was tried; see the summary's dropped counts"
+    return "; ".join(advice) or f"every eligible mutation site was tried; see the dropped counts in {path}"
 
 
 def run_tasks_synth(ns: argparse.Namespace) -> int:
@@ -134,7 +143,8 @@ def run_tasks_synth(ns: argparse.Namespace) -> int:
     dropped = ", ".join(f"{k} {v}" for k, v in summary["dropped"].items() if v) or "none"
     ran = f"{summary['tried']} of {summary['mutation_sites']} mutants run; dropped: {dropped}"
     if not summary["kept"]:
-        console.print(f"coderl: error: no task kept ({ran}); {_no_task_advice(summary)}", highlight=False)
+        advice = _no_task_advice(summary, str(Path(ns.out) / f"synth-{summary['name']}.json"))
+        console.print(f"coderl: error: no task kept ({ran}); {advice}", highlight=False)
         return 1
     console.print(f"{summary['kept']} tasks in {ns.out}/tasks ({ran}); load them with tasks.source=native:{ns.out}")
     kinds = summary["by_kind"]

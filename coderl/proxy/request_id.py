@@ -2,7 +2,8 @@
 
 OpenAI's SDKs read ``x-request-id`` (``response._request_id``), Anthropic's read ``request-id``; both
 headers carry the same ``req_<32 hex>``. The id is also in ``request.state.request_id`` for the app's
-own logs, so a user can match what an agent reported to the proxy's log line.
+own logs, so a user can match what an agent reported to the proxy's log line. The id is always the
+proxy's own: one a client sends in ``x-request-id`` is not echoed, and one the app set is replaced.
 """
 
 from __future__ import annotations

@@ -4,9 +4,10 @@ passing pytest suite (the SWE-smith / R2E-Gym recipe: mutate, keep what the test
 1. The repository (a folder, or ``pypi:NAME[==VERSION]``: its sdist, :mod:`coderl.tasks.synth.source`)
    is copied to ``OUT_DIR/repos/<name>`` and its suite run twice: the tests that pass both times are
    the ones a mutant can break (a test whose outcome flips is flaky, never FAIL_TO_PASS or
-   PASS_TO_PASS; a suite that passes nothing, or does not finish within the limit, is refused with
-   the reason). The second run records which files each test file calls into. A test file pytest
-   cannot collect (an optional test dependency missing) is left out and counted. ``src/`` layouts run
+   PASS_TO_PASS; a suite that passes fewer than two tests, or does not finish within the limit, is
+   refused with the reason). The second run records which files each test file calls into. A test file
+   pytest cannot import (an optional test dependency missing, or a helper the sdist leaves out) is left
+   out, warned about and counted. ``src/`` layouts run
    with ``PYTHONPATH=src``; a project whose pytest settings stop its suite here (``addopts`` naming
    plugins this Python lacks, ``filterwarnings`` turning this pytest's deprecations into errors) runs
    with them emptied, when nothing passes otherwise.
@@ -123,6 +124,8 @@ class _State:
     """Seconds of each mutant's test run."""
     test_files_dropped: dict[str, str] = field(default_factory=dict)
     """Test files the pristine run could not import (path: error), left out of every mutant's run."""
+    summary: Path | None = None
+    """Where the counts will be written (``OUT_DIR/synth-<name>.json``)."""
 
 
 def library_files(repo: Path) -> list[str]:
@@ -264,9 +267,11 @@ def progress_callback(progress: Progress, n: int, label: str = "mutants run") ->
         if stage == "baseline":
             if state.test_files_dropped:  # said before the mutants run: few tests may catch few bugs
                 first, error = next(iter(state.test_files_dropped.items()))
+                n = len(state.test_files_dropped)
                 progress.console.print(
-                    f"warning: {len(state.test_files_dropped)} test file(s) could not be imported and are left "
-                    f"out (e.g. {first}: {error}); the full list goes to test_files_dropped in the summary",
+                    f"warning: {n} test file{'s' if n != 1 else ''} could not be imported and "
+                    f"{'are' if n != 1 else 'is'} left out (e.g. {first}: {error}); the full list goes to "
+                    f"test_files_dropped in {state.summary}",
                     highlight=False,
                 )
         elif stage == "mutants":
@@ -344,7 +349,9 @@ async def synthesize(
     order = interleave(mutations, opts.seed)
     if opts.max_tries is not None:
         order = (m for _, m in zip(range(opts.max_tries), order, strict=False))
-    state = _State(enumerate(order), opts.n, test_files_dropped=dict(baseline.collection_errors))
+    state = _State(
+        enumerate(order), opts.n, test_files_dropped=dict(baseline.collection_errors), summary=out / f"synth-{name}.json"
+    )
     state.dropped["overlaps_existing_task"] = overlaps
     if on_progress is not None:
         on_progress("baseline", state)
@@ -401,6 +408,7 @@ async def synthesize(
         "tier": opts.tier,
         "requested": opts.n,
         "mutation_sites": len(mutations) + overlaps + uncalled + long_sites,
+        "eligible_sites": len(mutations),  # what is left after the overlaps, --bug-in and --max-lines
         "bug_in": opts.bug_in,
         "sites_not_called_by_tests": uncalled,
         "max_lines": opts.max_lines,
@@ -425,7 +433,8 @@ async def synthesize(
         "task_ids": sorted(set(written) - set(failures)),
         "seconds": round(time.perf_counter() - started, 1),
     }
-    (out / f"synth-{name}.json").write_text(json.dumps(summary, indent=2) + "\n")
+    assert state.summary is not None
+    state.summary.write_text(json.dumps(summary, indent=2) + "\n")
     return summary
 
 
@@ -447,15 +456,26 @@ def _too_few_passing(given: str, base: Baseline) -> str:
     named = "\n".join(f"  {path}: {error}" for path, error in list(dropped.items())[:8])
     more = f"\n  ... and {len(dropped) - 8} more" if len(dropped) > 8 else ""
     first, error = next(iter(dropped.items()))
-    hint = (
-        "; a source distribution may leave out a file its tests import (such as tests/__init__.py): "
-        "synthesise from a checkout of the project's repository instead"
-        if is_pypi(given) else ""
-    )
+    if not any(_imports_own_tests(e) for e in dropped.values()):
+        hint = "; install what they import into the Python that runs the suite"
+    elif is_pypi(given):
+        hint = (
+            "; a source distribution may leave out a file its tests import (such as tests/__init__.py): "
+            "synthesise from a checkout of the project's repository instead"
+        )
+    else:
+        hint = "; they import from the project's own tests package, which lacks what they import here"
+    files = f"{len(dropped)} test file{'s' if len(dropped) != 1 else ''}"
     return (  # the first line stands alone (bench synth's table quotes it)
-        f"{head}. {len(dropped)} test file(s) could not be imported (e.g. {first}: {error}){hint}."
-        f"\nAll of them:\n{named}{more}"
+        f"{head}. {files} could not be imported (e.g. {first}: {error}){hint}."
+        f"\nAll of them:\n{named}{more}\nOutput:\n{run.output[-1500:]}"
     )
+
+
+def _imports_own_tests(error: str) -> bool:
+    """Whether a collection error is an import from the project's own tests package (``from tests
+    import x``, ``tests.helpers``): a file its sdist may leave out, not a dependency to install."""
+    return re.search(r"(?:from|module named) '?tests(?:[.']|\b)", error) is not None
 
 
 def _instruction(fail_to_pass: list[str], failures: list[JUnitCase], pristine: Path) -> str:
