@@ -7,6 +7,17 @@ cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
 say() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
 
+# 0. A Python coderl runs on (pyproject.toml's requires-python), said before anything is installed.
+if ! command -v "$PY" >/dev/null 2>&1; then
+  say "no '$PY' on PATH: install Python 3.11 or newer, or name one with PYTHON=/path/to/python3.11"
+  exit 2
+fi
+if ! "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+  say "coderl needs Python 3.11 or newer; '$PY' ($(command -v "$PY")) is $("$PY" -c 'import platform; print(platform.python_version())')." \
+    "Name a newer one with PYTHON=python3.11 (or newer), or activate a virtualenv made with it"
+  exit 2
+fi
+
 # 1. bubblewrap, the default sandbox backend, and jemalloc, the C allocator a coderl command runs on
 #    where it is found (a lower peak memory than glibc's malloc; coderl/allocator.py).
 missing=()

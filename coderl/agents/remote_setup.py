@@ -52,7 +52,7 @@ async def _run(command: str, timeout_s: float) -> str | None:
         return _outcomes[command]
     try:
         out, err = await asyncio.wait_for(proc.communicate(), timeout_s)
-    except (asyncio.TimeoutError, asyncio.CancelledError) as exc:
+    except (TimeoutError, asyncio.CancelledError) as exc:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)  # the whole group: npm's children too
         await proc.wait()

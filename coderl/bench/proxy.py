@@ -73,7 +73,7 @@ async def _wait_ready(url: str, proc: subprocess.Popen[bytes], what: str, timeou
                 async with client.get(url) as r:
                     if r.status < 500:
                         return
-            except (aiohttp.ClientError, asyncio.TimeoutError):
+            except (TimeoutError, aiohttp.ClientError):
                 pass
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{what} did not answer {url} within {timeout:g} s")
@@ -179,7 +179,7 @@ async def _throughput(
         for k in range(calls):
             try:
                 await _call(client, target, i, k, False)
-            except (aiohttp.ClientError, asyncio.TimeoutError, RuntimeError):
+            except (TimeoutError, aiohttp.ClientError, RuntimeError):
                 failed += 1
 
     t0 = time.perf_counter()

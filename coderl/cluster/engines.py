@@ -61,7 +61,7 @@ class RayEngines:
         wait = c.placement_timeout_s + c.engine_start_timeout_s
         try:
             urls = await asyncio.wait_for(asyncio.gather(*(x.start.remote() for x in self.launchers)), wait)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise ClusterError(
                 f"{c.engine_replicas} engine replicas of {c.engine_cpus:g} CPUs, {c.engine_gpus:g} GPUs and "
                 f"{dict(c.engine_resources)} each did not start within {wait:g} s; the cluster has "

@@ -186,7 +186,7 @@ class RayRollouts:
         group = placement_group([bundle] * c.rollout_workers, strategy=c.placement)
         try:
             await asyncio.wait_for(group.ready(), timeout=c.placement_timeout_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             remove_placement_group(group)
             raise ClusterError(
                 f"the Ray cluster cannot hold {c.rollout_workers} rollout workers of {bundle} each "

@@ -110,7 +110,7 @@ class HTTPEngine(Engine):
         try:
             async with client.get(self._url("/health"), timeout=aiohttp.ClientTimeout(total=5.0)) as r:
                 return r.status == 200
-        except (aiohttp.ClientError, asyncio.TimeoutError):
+        except (TimeoutError, aiohttp.ClientError):
             return False
         finally:
             if own:
@@ -219,7 +219,7 @@ class HTTPEngine(Engine):
                             if choice.get("finish_reason"):
                                 final["choice"] = choice
                 break
-            except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            except (TimeoutError, aiohttp.ClientError) as exc:
                 # lost once more, or mid-stream, or not a closed connection: the server's failure
                 if retry or final or not _connection_closed(exc):
                     raise self._transport_error(path, exc) from exc
@@ -353,7 +353,7 @@ class HTTPEngine(Engine):
         try:
             async with self._client.post(self._url(path), json=payload) as answer:
                 status, text = answer.status, await answer.text()
-        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, aiohttp.ClientError) as exc:
             raise EngineUnavailableError(f"{self.name}{path}: {type(exc).__name__}: {exc}") from exc
         if status == 404 and "detail" in text and "Not Found" in text:
             raise EngineError(
@@ -387,7 +387,7 @@ class HTTPEngine(Engine):
                 async with self._client.request(method, self._url(path), json=payload) as response:
                     status, raw = response.status, await response.read()
                 break
-            except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            except (TimeoutError, aiohttp.ClientError) as exc:
                 if retry or not resend or not _connection_closed(exc):
                     raise self._transport_error(path, exc) from exc
                 log.info("%s%s: %s; sending it again on a fresh connection", self.name, path, exc)

@@ -112,7 +112,7 @@ class AgentProcess:
             body = await asyncio.wait_for(
                 self._reader.readexactly(n), max(1.0, timeout_s - (time.monotonic() - start))
             )
-        except (asyncio.IncompleteReadError, asyncio.TimeoutError, ConnectionError):
+        except (TimeoutError, asyncio.IncompleteReadError, ConnectionError):
             raise AgentDied() from None
         data: dict[str, Any] = json.loads(body)
         return data

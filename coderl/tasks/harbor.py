@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import re
 import shutil
-from pathlib import Path
-
 import tomllib
+from pathlib import Path
 
 from coderl.errors import TaskError
 from coderl.tasks.snapshot import materialised, tree_digest
