@@ -54,10 +54,11 @@ from coderl.sandbox import SandboxSpec
 from coderl.tasks.junit import JUnitCase
 from coderl.tasks.native import load_native_task
 from coderl.tasks.overlap import enclosing_functions
+from coderl.tasks.synth.discovery import describe, read_discovery, test_files
 from coderl.tasks.synth.issue import BUG_IN, bug_in, issue_text
 from coderl.tasks.synth.mutate import Mutation, find_mutations, interleave
 from coderl.tasks.synth.source import fetch_pypi, is_pypi
-from coderl.tasks.synth.suite import LENIENT, NO_PLUGINS, SuiteRun, SuiteRunner, test_files
+from coderl.tasks.synth.suite import LENIENT, NO_PLUGINS, SuiteRun, SuiteRunner
 from coderl.tasks.validate import check_task
 from coderl.yamlio import load_yaml
 
@@ -129,7 +130,9 @@ class _State:
 
 
 def library_files(repo: Path) -> list[str]:
-    """The repository's Python files that are not tests, test helpers, packaging or docs."""
+    """The repository's Python files that are not tests (as its pytest configuration names them),
+    test helpers, packaging or docs. (Not everything under ``testpaths``: projects name their package
+    there, for the tests and doctests inside it.)"""
     tests = set(test_files(repo))
     skip_dirs = {"tests", "test", "docs", "doc", "examples", "scripts", "benchmarks", "build", "dist"}
     out = []
@@ -314,7 +317,7 @@ async def synthesize(
         raise TaskError(f"repository {str(repo)!r} is not a folder")
     if not test_files(repo):
         raise TaskError(
-            f"repository {given if is_pypi(given) else str(repo)!r} has no test files (test_*.py or *_test.py; "
+            f"repository {given if is_pypi(given) else str(repo)!r} has no test files ({describe(read_discovery(repo))}; "
             "an sdist may leave its tests out): tasks are made from "
             "what its own pytest suite catches, so it needs one"
         )

@@ -19,6 +19,7 @@ from types import TracebackType
 
 from coderl.sandbox import Sandbox, SandboxSpec, create_sandbox
 from coderl.tasks.junit import JUnitCase, Outcome, junit_cases
+from coderl.tasks.synth.discovery import test_files
 
 _REPORT = ".coderl-synth/junit.xml"
 _TRACE = ".coderl-synth/trace.json"
@@ -96,16 +97,6 @@ def collection_errors(output: str) -> dict[str, str]:
             reason = detail.group(1).strip() if detail else ""
         found[m.group(1)] = reason
     return found
-
-
-def test_files(repo: Path) -> list[str]:
-    """The repository's test files (pytest's default discovery: test_*.py and *_test.py), relative."""
-    found = [
-        p for p in repo.rglob("*.py")
-        if (p.name.startswith("test_") or p.name.endswith("_test.py"))
-        and not any(part.startswith(".") or part == "__pycache__" for part in p.relative_to(repo).parts)
-    ]  # fmt: skip
-    return sorted(str(p.relative_to(repo)) for p in found)
 
 
 class SuiteRunner:
