@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from coderl.bench.rl import _change_f1_figures, pooled_rise, to_markdown
+from coderl.bench.rl import _change_f1_figures, pooled_rise
+from coderl.bench.rl_markdown import to_markdown
 from coderl.rollout.store import TrajectoryStore, read_trajectories
 from coderl.tasks.patching import change_overlap
 from coderl.types import Trajectory
@@ -118,7 +119,7 @@ def test_bench_rl_refuses_runs_bounded_by_minutes(tmp_path: Path) -> None:
 
 
 def test_the_table_says_when_there_is_no_control_and_when_it_is_a_dev_split() -> None:
-    from coderl.bench.rl import to_markdown
+    from coderl.bench.rl_markdown import to_markdown
 
     r = {
         "machine": {"cpu": "cpu", "cores": 2, "torch": "2"}, "command": "coderl bench rl --no-control",
@@ -133,7 +134,7 @@ def test_the_table_says_when_there_is_no_control_and_when_it_is_a_dev_split() ->
 
 
 def test_the_table_puts_the_controls_own_starts_beside_its_ends_and_reports_each_val_also_set() -> None:
-    from coderl.bench.rl import to_markdown
+    from coderl.bench.rl_markdown import to_markdown
 
     r = {
         "machine": {"cpu": "cpu", "cores": 2, "torch": "2"}, "command": "coderl bench rl --control-seeds 0",
@@ -158,7 +159,7 @@ def test_the_table_puts_the_controls_own_starts_beside_its_ends_and_reports_each
 
 
 def test_the_table_says_when_the_controls_greedy_validation_reproduced_exactly_and_names_the_gpu() -> None:
-    from coderl.bench.rl import to_markdown
+    from coderl.bench.rl_markdown import to_markdown
 
     r = {
         "machine": {"cpu": "cpu", "cores": 16, "torch": "2", "cuda": "NVIDIA H200"}, "command": "coderl bench rl",
