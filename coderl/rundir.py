@@ -69,7 +69,9 @@ def _check_reuse(path: Path, command: str, resume: bool) -> None:
         )
     if resume:
         return
-    held = sorted(p.name for p in path.iterdir() if p.name not in ("config.yaml", MARK))
+    # the same command's own log does not make a run: an attempt that failed before it made anything
+    # else (an engine that did not start) may be tried again in its folder, the log appended to
+    held = sorted(p.name for p in path.iterdir() if p.name not in ("config.yaml", MARK, f"{command}.log"))
     if held:
         again = f", or continue it with `coderl train --resume {path}`" if command == "train" else ""
         shown = ", ".join(held[:4]) + (", ..." if len(held) > 4 else "")

@@ -122,6 +122,11 @@ def test_a_run_dir_is_never_another_runs(tmp_path: Path) -> None:
     laid_out.mkdir()
     (laid_out / "config.yaml").write_text("run: {}\n")
     assert create_run_dir(at(laid_out), "eval") == laid_out
+    (laid_out / "eval.log").write_text("an attempt that made nothing else\n")  # tried again in its folder
+    assert create_run_dir(at(laid_out), "eval") == laid_out
+    (laid_out / "trajectories").mkdir()
+    with pytest.raises(ConfigError, match=r"already holds a run \(trajectories\)"):
+        create_run_dir(at(laid_out), "eval")
     (tmp_path / "f").write_text("x")
     with pytest.raises(ConfigError, match="is a file, not a folder"):
         create_run_dir(at(tmp_path / "f"), "eval")

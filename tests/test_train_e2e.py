@@ -84,6 +84,12 @@ def test_train_with_gae_killed_and_resumed_loses_nothing(tmp_path: Path, tiny_mo
 
     out = _finish(_train("--resume", str(run)))
     assert "resumed from" in out and "report:" in out
+    log = (run / "train.log").read_text()  # the run's own log: both processes, the killed one's lines kept
+    assert log.count("== coderl train started") == 1 and log.count("== coderl train resumed") == 1
+    killed, resumed = log.split("== coderl train resumed")
+    assert "run directory:" in killed and "compute dtype:" in killed and "== coderl train" not in killed.split("started", 1)[1]
+    assert "held-out pass@1 (start -> end)" in resumed and resumed.rstrip().endswith("== coderl train done")
+    assert "weights updated, policy v" in log and "weights updated" not in out  # coderl's INFO: the log's, not the console's
     every = checkpoints.read_metrics(run / "metrics.jsonl")
     assert [r["step"] for r in every] == [0, 1, 2]  # held-out validation once before any update
     start, rows = every[0], every[1:]  # every training step once, none lost, none twice

@@ -17,6 +17,7 @@ from coderl.rollout.report import build_report
 from coderl.rollout.runner import RolloutResult, task_groups
 from coderl.rollout.store import TrajectoryStore
 from coderl.rundir import create_run_dir
+from coderl.runlog import run_log
 from coderl.signals import run as run_command
 from coderl.tasks import load_tasks
 
@@ -69,45 +70,46 @@ async def _run(cfg: Config, command: str, grade: bool) -> list[RolloutResult]:
     tasks = load_tasks(cfg.tasks.source)
     refuse_early(cfg)
     run_dir = create_run_dir(cfg, command)
-    backend = RolloutBackend(cfg, grade=grade)
-    store = TrajectoryStore(run_dir)
-    try:
-        replicas = cfg.cluster.engine_replicas if backend.on_ray else 0
-        with console.status(f"launching {replicas} engine replica(s) on the Ray cluster" if replicas else "starting the engine"):
-            await backend.start_engine()
-        if backend.replicas is not None:
-            console.print(f"engine replicas ({cfg.cluster.engine_server}): {', '.join(backend.replicas.urls)}")
-        if backend.on_ray:
-            with console.status("placing the rollout workers on the Ray cluster"):
+    with run_log(run_dir, command, console):
+        backend = RolloutBackend(cfg, grade=grade)
+        store = TrajectoryStore(run_dir)
+        try:
+            replicas = cfg.cluster.engine_replicas if backend.on_ray else 0
+            with console.status(f"launching {replicas} engine replica(s) on the Ray cluster" if replicas else "starting the engine"):
+                await backend.start_engine()
+            if backend.replicas is not None:
+                console.print(f"engine replicas ({cfg.cluster.engine_server}): {', '.join(backend.replicas.urls)}")
+            if backend.on_ray:
+                with console.status("placing the rollout workers on the Ray cluster"):
+                    await backend.serve()
+                console.print(backend.describe())
+            else:
                 await backend.serve()
-            console.print(backend.describe())
+            with progress_bars(
+                console, TextColumn(f"{command}"), BarColumn(), MofNCompleteColumn(),
+                TextColumn("pass rate {task.fields[pass_rate]}"), TimeElapsedColumn(),
+            ) as progress:  # fmt: skip
+                bar = progress.add_task(command, total=len(tasks) * cfg.rollout.group_size, pass_rate="-")
+                done: list[RolloutResult] = []
+
+                def on_done(r: RolloutResult) -> None:
+                    done.append(r)
+                    rate = sum(x.resolved for x in done) / len(done)
+                    progress.update(bar, advance=1, pass_rate=f"{rate:.0%}" if grade else "n/a")
+
+                results = await backend.run(task_groups(tasks, cfg.rollout.group_size), on_done=on_done, store=store)
+        finally:
+            store.close()
+            await backend.stop()
+        if grade:
+            report = build_report(
+                [r.report_row() for r in results], {t.id: t.tier for t in tasks}, cfg.rollout.pass_k
+            )
+            (run_dir / "report.json").write_text(json.dumps(report, indent=2))
+            console.print(
+                f"resolved {report['resolved_instances']}/{report['total_instances']}, pass@1 {report['pass@1']:.3f}; "
+                f"report: {run_dir / 'report.json'}"
+            )
         else:
-            await backend.serve()
-        with progress_bars(
-            console, TextColumn(f"{command}"), BarColumn(), MofNCompleteColumn(),
-            TextColumn("pass rate {task.fields[pass_rate]}"), TimeElapsedColumn(),
-        ) as progress:  # fmt: skip
-            bar = progress.add_task(command, total=len(tasks) * cfg.rollout.group_size, pass_rate="-")
-            done: list[RolloutResult] = []
-
-            def on_done(r: RolloutResult) -> None:
-                done.append(r)
-                rate = sum(x.resolved for x in done) / len(done)
-                progress.update(bar, advance=1, pass_rate=f"{rate:.0%}" if grade else "n/a")
-
-            results = await backend.run(task_groups(tasks, cfg.rollout.group_size), on_done=on_done, store=store)
-    finally:
-        store.close()
-        await backend.stop()
-    if grade:
-        report = build_report(
-            [r.report_row() for r in results], {t.id: t.tier for t in tasks}, cfg.rollout.pass_k
-        )
-        (run_dir / "report.json").write_text(json.dumps(report, indent=2))
-        console.print(
-            f"resolved {report['resolved_instances']}/{report['total_instances']}, pass@1 {report['pass@1']:.3f}; "
-            f"report: {run_dir / 'report.json'}"
-        )
-    else:
-        console.print(f"{len(results)} trajectories in {run_dir / 'trajectories'}")
-    return results
+            console.print(f"{len(results)} trajectories in {run_dir / 'trajectories'}")
+        return results

@@ -15,6 +15,7 @@ from coderl.config import Config
 from coderl.errors import ConfigError
 from coderl.progress import progress_bars
 from coderl.rundir import create_run_dir
+from coderl.runlog import run_log
 from coderl.signals import run as run_command
 
 if TYPE_CHECKING:
@@ -23,11 +24,7 @@ if TYPE_CHECKING:
 
 
 def run_sft(ns: argparse.Namespace) -> int:
-    from coderl.chat import ChatFormat
-    from coderl.tasks.split import train_and_held_out
     from coderl.train.export import check_model_out
-    from coderl.train.ranks import build_actor
-    from coderl.train.sft import build_demos, check_demos, read_demonstrated
 
     cfg = train_config(ns.config_path, list(ns.config_overrides), bare=ns.bare)  # the loop RL will use
     if cfg.cluster.actor == "ray":
@@ -42,6 +39,17 @@ def run_sft(ns: argparse.Namespace) -> int:
     run_dir = create_run_dir(cfg, "sft")
     if ns.out and run_dir.resolve().is_relative_to(Path(ns.out).resolve()):
         raise ConfigError(f"--out {ns.out}: the run directory {run_dir} is there, and writing the model would delete it")
+    with run_log(run_dir, "sft", console):
+        return _sft(ns, cfg, console, run_dir)
+
+
+def _sft(ns: argparse.Namespace, cfg: Config, console: Console, run_dir: Path) -> int:
+    """The demonstrations, the training and the export of ``coderl sft``, into ``run_dir``."""
+    from coderl.chat import ChatFormat
+    from coderl.tasks.split import train_and_held_out
+    from coderl.train.ranks import build_actor
+    from coderl.train.sft import build_demos, check_demos, read_demonstrated
+
     t = cfg.train
     before = read_demonstrated(cfg.model.path)  # model.path may be a warm start itself
     unseen = train_and_held_out(t.tasks, t.val_tasks, t.val_size, t.val_also, t.dev_size, before).unseen()

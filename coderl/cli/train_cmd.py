@@ -13,6 +13,7 @@ from coderl.config.packaged import default_train_config
 from coderl.errors import ConfigError
 from coderl.hardware import describe_bf16
 from coderl.rundir import create_run_dir, run_kind
+from coderl.runlog import run_log
 from coderl.signals import run as run_command
 
 
@@ -51,11 +52,12 @@ def run_train(ns: argparse.Namespace) -> int:
     cfg = train_config(config_path, overrides, bare=getattr(ns, "bare", False))
     refuse_early(cfg)
     run_dir = create_run_dir(cfg, "train", resume=bool(resume))
-    console.print(f"run directory: {run_dir}")
-    console.print(
-        f"compute dtype: engine {cfg.model.dtype}, actor {cfg.actor.dtype} ({describe_bf16(cfg.model.device)})",
-        highlight=False,
-    )
-    report = run_command(Trainer(cfg, run_dir, console).run(resume=bool(resume)))
-    console.print(f"report: {report}")
+    with run_log(run_dir, "train", console, resumed=bool(resume)) as log_path:
+        console.print(f"run directory: {run_dir} (its log: {log_path.name})")
+        console.print(
+            f"compute dtype: engine {cfg.model.dtype}, actor {cfg.actor.dtype} ({describe_bf16(cfg.model.device)})",
+            highlight=False,
+        )
+        report = run_command(Trainer(cfg, run_dir, console).run(resume=bool(resume)))
+        console.print(f"report: {report}")
     return 0
