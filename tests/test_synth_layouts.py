@@ -15,7 +15,7 @@ from coderl.cli.main import main
 from coderl.errors import TaskError
 from coderl.tasks.synth.build import SynthOptions, _imports_own_tests, relevant_files, synthesize
 from coderl.tasks.synth.mutate import Mutation
-from coderl.tasks.synth.source import _unpack, check_pure_python, fetch_pypi
+from coderl.tasks.synth.source import _unpack, fetch_pypi, native_sources
 
 LIB = '''def area(w, h):
     if w < 0 or h < 0:
@@ -179,17 +179,48 @@ def test_a_synth_with_unimportable_test_files_warns_before_the_mutants_run(
     assert summary["baseline_failing_tests"] == 0  # the file pytest could not import is counted above
 
 
-def test_a_project_that_needs_a_c_build_is_refused(tmp_path: Path) -> None:
+def test_native_sources_are_found_where_a_build_would_compile_them(tmp_path: Path) -> None:
     (tmp_path / "fast").mkdir()
     (tmp_path / "fast" / "_speedups.c").write_text("int x;\n")
-    with pytest.raises(TaskError, match=r"fastlib needs a C build \(fast/_speedups.c\)"):
-        check_pure_python(tmp_path, "fastlib")
+    assert native_sources(tmp_path) == ["fast/_speedups.c"]
     (tmp_path / "fast" / "_speedups.c").unlink()
     (tmp_path / "setup.py").write_text("from setuptools import Extension, setup\nsetup(ext_modules=[])\n")
-    with pytest.raises(TaskError, match=r"setup\.py declares ext_modules"):
-        check_pure_python(tmp_path, "fastlib")
+    assert native_sources(tmp_path) == ["setup.py declares ext_modules"]
     (tmp_path / "setup.py").write_text("from setuptools import setup\nsetup()\n")
-    check_pure_python(tmp_path, "fastlib")  # pure Python: no error
+    assert native_sources(tmp_path) == []  # pure Python
+
+
+def _c_project(root: Path, fallback: bool) -> Path:
+    """shapes with a C speedup module: imported with a pure-Python fallback (markupsafe's way), or
+    needed (``from shapes._speedups import ...`` and nothing else)."""
+    (root / "shapes").mkdir(parents=True)
+    (root / "shapes" / "_speedups.c").write_text("/* area() and label() in C */\n")
+    (root / "shapes" / "_native.py").write_text(LIB)
+    (root / "shapes" / "__init__.py").write_text(
+        "try:\n    from shapes._speedups import area, label\nexcept ImportError:\n    from shapes._native import area, label\n"
+        if fallback else "from shapes._speedups import area, label\n"
+    )  # fmt: skip
+    (root / "tests").mkdir()
+    (root / "tests" / "test_area.py").write_text(TEST_AREA)
+    (root / "tests" / "test_label.py").write_text(TEST_LABEL)
+    return root
+
+
+async def test_a_project_that_needs_its_c_build_is_refused_by_what_its_suite_shows(tmp_path: Path) -> None:
+    with pytest.raises(TaskError, match=r"needs a C build \(shapes/_speedups.c\): without it its test suite passes 0 tests"):
+        await synthesize(_c_project(tmp_path / "needs", fallback=False), tmp_path / "out", SynthOptions(n=1))
+
+
+def test_c_speedups_with_a_pure_python_fallback_are_run_without(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """markupsafe and simplejson build C speedups when they can and run without them: such a
+    project was refused as needing a C build; its tests pass unbuilt, so tasks are made from it."""
+    root = _c_project(tmp_path / "shapes", fallback=True)
+    assert main(["tasks", "synth", str(root), str(tmp_path / "out"), "--n", "1", "--no-validate"]) == 0
+    said = " ".join(capsys.readouterr().err.split())
+    assert "note: C sources (shapes/_speedups.c) are not built here" in said and "1 tasks in" in said
+    summary = json.loads((tmp_path / "out" / "synth-shapes.json").read_text())
+    assert summary["native_sources"] == ["shapes/_speedups.c"] and summary["kept"] == 1
+    assert "shapes/_native.py" in next((tmp_path / "out" / "tasks").glob("shapes-s*/gold.patch")).read_text()
 
 
 def test_a_bad_pypi_name_is_refused_before_pip_runs(tmp_path: Path) -> None:
@@ -230,7 +261,7 @@ def test_bench_synth_table_gives_each_library_its_row() -> None:
             "baseline_passing_tests": 180, "flaky_tests": [], "test_files": 12, "test_files_dropped": {},
             "lenient_settings": False, "pristine_s": 5.8, "mutant_run_s_mean": 3.0, "validation_failures": {},
             "src_layout": False, "minutes": 2.5}  # fmt: skip
-    refused = {"library": "markupsafe==3.0.2", "refused": "markupsafe==3.0.2 needs a C build (a|b)", "minutes": 0.2}
+    refused = {"library": "ujson==5.10.0", "refused": "ujson==5.10.0 needs a C build (a|b)", "minutes": 0.2}
     one = {**kept, "library": "inflection==0.5.1", "test_files": 1}
     dropped = {**kept, "library": "humanize==4.11.0", "test_files": 3, "test_files_dropped": {"a": "e", "b": "e"}}
     md = to_markdown({"libraries": [kept, one, dropped, refused], "n": 30, "timeout_s": 120, "machine": {"cpu": "x", "cores": 2}})
@@ -238,7 +269,7 @@ def test_bench_synth_table_gives_each_library_its_row() -> None:
     assert "| `inflection==0.5.1` | flat; 1 test file; 180 tests pass |" in md
     assert "| `humanize==4.11.0` | flat; 3 test files (+2 left out: pytest could not import them); 180 tests pass |" in md
     assert "a suite run may take 120 s" in md
-    assert "| `markupsafe==3.0.2` | refused: markupsafe==3.0.2 needs a C build (a\\|b) |" in md  # its bar escaped
+    assert "| `ujson==5.10.0` | refused: ujson==5.10.0 needs a C build (a\\|b) |" in md  # its bar escaped
     assert "operator 75%, key 25%" in md
 
 

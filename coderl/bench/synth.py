@@ -1,8 +1,8 @@
 """``coderl bench synth``: ``coderl tasks synth`` on public libraries fetched from PyPI at run time, one
 row per library: its layout, tests, mutants tried and kept, drops by reason, validation, minutes.
 
-Owns: the default list of libraries (pure-Python projects whose sdists carry their tests, plus three
-that must be refused: one that needs a C build, one whose sdist has no tests, one whose tests cannot be
+Owns: the default list of libraries (projects whose sdists carry their tests and run unbuilt, plus three
+that must be refused: one that needs its C build, one whose sdist has no tests, one whose tests cannot be
 imported from its sdist) and the table. It does not
 synthesise anything itself (:func:`coderl.tasks.synth.build.synthesize` does) and commits nothing
 from those libraries: tasks are made under the bench's run folder.
@@ -29,7 +29,8 @@ LIBRARIES = (
     "boltons==24.1.0",  # many modules, tests at the root
     "tomlkit==0.13.2",  # tests/ with a conftest.py and data-driven tests over toml-test's files
     "inflection==0.5.1",  # one test module beside the package, at the root
-    "markupsafe==3.0.2",  # a C extension: refused
+    "markupsafe==3.0.2",  # C speedups over a pure-Python fallback: run unbuilt, on the pure-Python code
+    "ujson==5.10.0",  # a C extension it cannot import without: refused
     "sortedcontainers==2.4.0",  # an sdist without tests: refused
     "jmespath==1.1.0",  # its tests import from tests/__init__.py, which the sdist leaves out: refused
 )

@@ -26,7 +26,8 @@ if TYPE_CHECKING:  # the parser is built for --help: nothing heavy is imported u
 
 Run = Callable[["Config", argparse.Namespace, "Console"], dict[str, Any]]
 SYNTH_LIBRARIES = ("toolz==0.12.1", "cachetools==5.5.0", "humanize==4.11.0", "boltons==24.1.0", "tomlkit==0.13.2",
-                   "inflection==0.5.1", "markupsafe==3.0.2", "sortedcontainers==2.4.0", "jmespath==1.1.0")  # fmt: skip
+                   "inflection==0.5.1", "markupsafe==3.0.2", "ujson==5.10.0", "sortedcontainers==2.4.0",
+                   "jmespath==1.1.0")  # fmt: skip
 """``coderl bench synth``'s default libraries (coderl.bench.synth.LIBRARIES, named here so --help imports nothing)."""
 
 

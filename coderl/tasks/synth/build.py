@@ -57,7 +57,7 @@ from coderl.tasks.overlap import enclosing_functions
 from coderl.tasks.synth.discovery import describe, read_discovery, test_files
 from coderl.tasks.synth.issue import BUG_IN, bug_in, issue_text
 from coderl.tasks.synth.mutate import Mutation, find_mutations, interleave
-from coderl.tasks.synth.source import fetch_pypi, is_pypi
+from coderl.tasks.synth.source import fetch_pypi, is_pypi, native_sources, needs_c_build, pypi_spec
 from coderl.tasks.synth.suite import LENIENT, NO_PLUGINS, SuiteRun, SuiteRunner
 from coderl.tasks.validate import check_task
 from coderl.yamlio import load_yaml
@@ -127,6 +127,8 @@ class _State:
     """Test files the pristine run could not import (path: error), left out of every mutant's run."""
     summary: Path | None = None
     """Where the counts will be written (``OUT_DIR/synth-<name>.json``)."""
+    native_sources: list[str] = field(default_factory=list)
+    """C (Cython, Rust) sources the project runs without: its optional speedups, never built here."""
 
 
 def library_files(repo: Path) -> list[str]:
@@ -268,6 +270,13 @@ def progress_callback(progress: Progress, n: int, label: str = "mutants run") ->
 
     def tick(stage: str, state: _State) -> None:
         if stage == "baseline":
+            if state.native_sources:
+                shown = ", ".join(state.native_sources[:2]) + (" ..." if len(state.native_sources) > 2 else "")
+                progress.console.print(
+                    f"note: C sources ({shown}) are not built here; the suite passes without them, so its tests "
+                    "and the tasks run on the pure-Python code",
+                    highlight=False,
+                )
             if state.test_files_dropped:  # said before the mutants run: few tests may catch few bugs
                 first, error = next(iter(state.test_files_dropped.items()))
                 n = len(state.test_files_dropped)
@@ -326,7 +335,10 @@ async def synthesize(
     base = await _baseline(pristine, spec, opts.timeout_s)
     pristine_s = time.perf_counter() - pristine_t0
     baseline, env, passing = base.run, base.env, base.passing
+    native = native_sources(pristine)
     if len(passing) < 2:  # a task needs a test its bug breaks and another it leaves passing
+        if native:  # its tests need the C build they did not get
+            raise TaskError(needs_c_build(pypi_spec(given) if is_pypi(given) else given, native, len(passing)))
         raise TaskError(_too_few_passing(given, base))
     every = [f for f in test_files(pristine) if f not in baseline.collection_errors]
     protected = protected_lines(out / "tasks", name, opts.tier)
@@ -353,7 +365,8 @@ async def synthesize(
     if opts.max_tries is not None:
         order = (m for _, m in zip(range(opts.max_tries), order, strict=False))
     state = _State(
-        enumerate(order), opts.n, test_files_dropped=dict(baseline.collection_errors), summary=out / f"synth-{name}.json"
+        enumerate(order), opts.n, test_files_dropped=dict(baseline.collection_errors), summary=out / f"synth-{name}.json",
+        native_sources=native,
     )
     state.dropped["overlaps_existing_task"] = overlaps
     if on_progress is not None:
@@ -429,6 +442,7 @@ async def synthesize(
         "test_files": len(every),
         "test_files_dropped": baseline.collection_errors,
         "lenient_settings": base.lenient,
+        "native_sources": native,  # optional speedups: the tests ran on the pure-Python code
         "pristine_s": round(pristine_s, 1),
         "mutant_run_s_mean": round(sum(state.run_s) / len(state.run_s), 2) if state.run_s else None,
         "env": env,
