@@ -338,6 +338,10 @@ def _summary(**given: object) -> dict[str, object]:
         ),
         ({"mutation_sites": 0, "eligible_sites": 0, "tried": 0}, "offers no mutation site", "every"),
         (
+            {"tried": 8, "dropped": {"uncaught": 0, "overlaps_existing_task": 0, "failed_validation": 6}},
+            "all 6 caught mutants failed validation as tasks", "--max-tries",
+        ),
+        (
             {"test_files_dropped": {"tests/test_a.py": "e"}},
             "1 test file could not be imported and was left out (test_files_dropped in /o/synth-lib.json)", "--max",
         ),

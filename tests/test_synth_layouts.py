@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import tarfile
 from pathlib import Path
 
@@ -312,3 +313,79 @@ def test_a_version_the_index_does_not_have_is_named_with_the_versions_it_has(tmp
     with pytest.raises(TaskError, match=r"pypi:toolz==99\.0\.0: the package index has no distribution") as caught:
         fetch_pypi("pypi:toolz==99.0.0", tmp_path)
     assert "0.12.1" in str(caught.value)  # pip's list of the versions there are
+
+
+CHECKS_BASE = '''from shapes import area, label
+
+
+class AreaChecks:  # not collected itself (no Test prefix): its subclasses in the test files are
+    def test_area(self):
+        assert area(2, 3) == 6
+
+    def test_square(self):
+        assert area(4, 4) == 16
+
+    def test_label(self):
+        assert label(" a ") == "a"
+'''
+
+
+async def test_inherited_test_methods_are_graded_by_the_file_that_collects_them(tmp_path: Path) -> None:
+    """Markdown 3.5.2's legacy tests are methods of a class in markdown/test_tools.py that
+    tests/test_legacy.py subclasses: pytest's report named the defining file, so its tasks' tests were
+    ids of no test file, the library module was withheld as if it were one, and all 6 kept tasks failed
+    validation. The ids are the collecting file's now, and the tasks validate."""
+    root = tmp_path / "shapes"
+    (root / "shapes").mkdir(parents=True)
+    (root / "shapes" / "__init__.py").write_text(LIB)
+    (root / "shapes" / "checking.py").write_text(CHECKS_BASE)
+    (root / "tests").mkdir()
+    (root / "tests" / "test_inherited.py").write_text("from shapes.checking import AreaChecks\n\n\nclass TestShapes(AreaChecks):\n    pass\n")
+    out = tmp_path / "out"
+    summary = await synthesize(root, out, SynthOptions(n=2, validate=True))
+    assert summary["kept"] == 2 and summary["dropped"]["failed_validation"] == 0
+    for task_id in summary["task_ids"]:
+        meta = (out / "tasks" / task_id / "task.yaml").read_text()
+        assert "tests/test_inherited.py::TestShapes::test_" in meta and "shapes/checking.py::" not in meta
+
+
+KILL_TRACED = '''import os
+import signal
+import sys
+
+
+def pytest_sessionstart(session):  # the traced run only: as the CPU limit once killed chardet's
+    if "coderl_synth_trace" in sys.modules:
+        os.kill(os.getpid(), signal.SIGKILL)
+'''
+
+
+async def test_a_traced_run_that_breaks_off_falls_back_to_every_test_file(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """chardet 5.2.0 passed 755 tests once; its traced run was killed mid-suite by the sandbox's CPU
+    limit, left no report, and all 766 tests were called flaky: "passes no tests". Now the traced run
+    gets the CPU its time limit allows, and one that still breaks off is said and done without."""
+    root = _project(tmp_path / "shapes")
+    (root / "tests" / "conftest.py").write_text(KILL_TRACED)
+    with caplog.at_level(logging.WARNING, logger="coderl.tasks.synth.build"):
+        summary = await synthesize(root, tmp_path / "out", SynthOptions(n=1, timeout_s=150, validate=False))
+    assert summary["kept"] == 1 and summary["baseline_passing_tests"] >= 4  # from two untraced runs
+    said = caplog.text
+    assert "the traced run of the pristine suite" in said and "was killed by signal 9" in said
+    task = next((tmp_path / "out" / "tasks").iterdir())
+    assert "timeout_s: 150" in (task / "task.yaml").read_text()  # the longer limit, at grading too
+
+
+def test_a_suite_run_gets_the_cpu_time_its_wall_clock_limit_allows() -> None:
+    from coderl.sandbox import SandboxSpec
+    from coderl.tasks.synth.build import _why_no_report
+    from coderl.tasks.synth.suite import SuiteRun, SuiteRunner
+
+    assert SuiteRunner(Path("/tmp"), SandboxSpec(), {}, 180).spec.cpu_seconds == 540  # 3x: the traced run
+    assert SuiteRunner(Path("/tmp"), SandboxSpec(cpu_seconds=900), {}, 60).spec.cpu_seconds == 900
+    assert "did not finish within 540 s" in _why_no_report(SuiteRun(timed_out=True), 540)
+    assert "CPU-time limit" in _why_no_report(SuiteRun(exit_code=-24), 60)
+    assert "CPU-time limit" in _why_no_report(SuiteRun(exit_code=152), 60)
+    assert "killed by signal 9" in _why_no_report(SuiteRun(exit_code=-9), 60)
+    assert "exit code 4" in _why_no_report(SuiteRun(exit_code=4), 60)

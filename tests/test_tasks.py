@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import tarfile
 from pathlib import Path
@@ -12,7 +13,7 @@ import yaml
 from coderl.errors import TaskError
 from coderl.tasks import grade, load_tasks
 from coderl.tasks.dataset import read_parquet, write_parquet
-from coderl.tasks.junit import parse_junit
+from coderl.tasks.junit import junit_cases, parse_junit
 from coderl.tasks.patching import split_patch, without_test_changes
 from coderl.tasks.validate import cheating_test_patch, check_task
 
@@ -136,6 +137,27 @@ def test_junit_parsing_keys_and_worst_outcome() -> None:
     assert parse_junit("not xml") == {}
 
 
+def test_junit_node_ids_name_the_file_a_test_was_collected_from_not_where_its_function_lives() -> None:
+    """pytest's xunit1 ``file`` is where the function is defined: for an inherited test method (Markdown's
+    legacy tests, Django-style base classes) or an imported test function that is another module than
+    the node id's. The id is read from ``classname``, which pytest builds from the node id."""
+    xml = """<testsuites><testsuite>
+      <testcase classname="tests.test_legacy.TestBasic" name="test_amps" file="markdown/test_tools.py"/>
+      <testcase classname="tests.test_a" name="test_shared" file="tests/helpers.py"><failure message="x"/></testcase>
+      <testcase classname="tests.test_ab.TestK" name="test_k" file="tests/test_a.py"/>
+      <testcase classname="tests.test_a.TestK.TestInner" name="test_n" file="tests/test_a.py"/>
+    </testsuite></testsuites>"""
+    r = parse_junit(xml)
+    assert r["tests/test_legacy.py::TestBasic::test_amps"] == "passed"
+    assert r["tests/test_a.py::test_shared"] == "failed"
+    assert r["tests/test_ab.py::TestK::test_k"] == "passed"  # test_a.py is not the module of tests.test_ab
+    assert r["tests/test_a.py::TestK::TestInner::test_n"] == "passed"
+    assert [c.node_id for c in junit_cases(xml)][:2] == [
+        "tests/test_legacy.py::TestBasic::test_amps", "tests/test_a.py::test_shared",
+    ]  # fmt: skip
+    assert not any(key.startswith(("markdown/", "tests/helpers.py")) for key in r)
+
+
 async def test_swebench_instances_from_jsonl_with_archive_snapshots(tmp_path: Path) -> None:
     repo = make_native(tmp_path / "src") / "repo"
     repos = tmp_path / "repos"
@@ -229,3 +251,15 @@ async def test_a_tasks_env_reaches_its_grading_sandbox(tmp_path: Path) -> None:
 
 def test_bundled_tasks_run_pytest_without_third_party_plugins() -> None:
     assert all(t.env.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD") == "1" for t in load_tasks("bundled:warmup"))
+
+
+def test_grading_gives_the_hidden_tests_the_cpu_time_their_time_limit_allows(tmp_path: Path) -> None:
+    """A task whose suite needs 150 s of its 180 s was killed by the sandbox's default CPU limit (120 s)."""
+    from coderl.sandbox import SandboxSpec
+    from coderl.tasks.grading import _spec_fields
+    from coderl.types import Task
+
+    slow = Task(id="t", instruction="fix it", repo=tmp_path, fail_to_pass=["a.py::t"], pass_to_pass=[], timeout_s=180)
+    assert _spec_fields(slow, SandboxSpec())["cpu_seconds"] == 180
+    assert _spec_fields(dataclasses.replace(slow, timeout_s=30.0), SandboxSpec())["cpu_seconds"] == 120
+    assert _spec_fields(slow, SandboxSpec(cpu_seconds=600))["cpu_seconds"] == 600

@@ -104,6 +104,13 @@ def _no_task_advice(summary: dict[str, Any], path: str) -> str:
             f"{summary['sites_not_called_by_tests']}, in longer functions {summary['sites_in_long_functions']}); "
             "widen the choice (--bug-in, --max-lines)"
         )
+    failed = summary["dropped"].get("failed_validation", 0)
+    if failed:  # mutants were caught, and their tasks did not hold up: more of them would fare the same
+        return (
+            f"all {failed} caught mutant{'s' if failed != 1 else ''} failed validation as tasks (the gold patch must "
+            "resolve a task, the empty patch and a test-only patch must not): the suite ran otherwise when graded "
+            f"than when synthesised; validation_failures in {path} says how, for each"
+        )
     advice = []
     if summary["tried"] < summary["eligible_sites"]:
         advice.append(f"allow more mutants with --max-tries ({summary['eligible_sites']} could be tried)")

@@ -74,7 +74,23 @@ def junit_cases(xml_text: str) -> list[JUnitCase]:
 def _keys(classname: str, name: str, file: str | None) -> list[str]:
     keys = [name, f"{classname}.{name}", f"{name} ({classname})"]
     if file and file.endswith(".py"):
-        module = file[:-3].replace("/", ".")
-        rest = classname[len(module) :].lstrip(".") if classname.startswith(module) else ""
-        keys.append(file + ("::" + rest.replace(".", "::") if rest else "") + "::" + name)
+        node_file, rest = _node_file(classname, file)
+        keys.append(node_file + ("::" + rest.replace(".", "::") if rest else "") + "::" + name)
     return keys
+
+
+def _node_file(classname: str, file: str) -> tuple[str, str]:
+    """The file of a test's pytest node id, and the classes after it in ``classname``. pytest's xunit1
+    ``file`` is where the test *function* is defined, the node id's file where the test was collected:
+    they differ for a method inherited from a base class in another module (Markdown's legacy tests
+    are methods of ``markdown/test_tools.py`` collected from ``tests/test_legacy.py``), and then
+    ``classname``, which pytest builds from the node id, says where: its module part runs up to the
+    first class name (capitalised, as pytest's ``Test*`` classes are)."""
+    module = file[:-3].replace("/", ".")
+    if classname == module or classname.startswith(module + "."):
+        return file, classname[len(module) :].lstrip(".")
+    parts = classname.split(".")
+    first_class = next((i for i, part in enumerate(parts) if part[:1].isupper()), len(parts))
+    if first_class == 0:  # no module part to read: the defining file is the best there is
+        return file, classname
+    return "/".join(parts[:first_class]) + ".py", ".".join(parts[first_class:])

@@ -37,8 +37,10 @@ import asyncio
 import difflib
 import hashlib
 import json
+import logging
 import re
 import shutil
+import signal
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -66,8 +68,11 @@ if TYPE_CHECKING:
     from rich.progress import Progress
 
 _IGNORE = shutil.ignore_patterns(".git", "__pycache__", "*.pyc", ".pytest_cache", ".coderl-*", ".mypy_cache")
+log = logging.getLogger(__name__)
+
 LENIENT_COMMAND = (
-    f"python -m pytest -p no:cacheprovider -q -o junit_family=xunit1 {LENIENT} --junitxml={{{{junit}}}} {{files}}"
+    "python -m pytest -p no:cacheprovider -q -o junit_family=xunit1 --continue-on-collection-errors "
+    f"{LENIENT} --junitxml={{{{junit}}}} {{files}}"
 )
 """A task's grading command when its project's pytest settings had to be emptied (``SuiteRunner.lenient``)."""
 DROP_REASONS = (
@@ -246,11 +251,36 @@ async def _baseline(pristine: Path, spec: SandboxSpec, timeout_s: float) -> Base
         )
     async with SuiteRunner(pristine, spec, env, timeout_s, clear) as suite:
         second = await suite.run(trace=True)
+    if first.cases and not second.cases:  # the traced run (slower) broke off: flakiness without the trace
+        log.warning(
+            "the traced run of the pristine suite (it records which files each test file calls into) %s; "
+            "each mutant runs every test file instead. Its output ended:\n%s",
+            _why_no_report(second, 3 * timeout_s), second.output[-600:],
+        )  # fmt: skip
+        async with SuiteRunner(pristine, spec, env, timeout_s, clear) as suite:
+            second = await suite.run()
+        if not second.cases:
+            raise TaskError(
+                f"the pristine test suite passed {len(first.passed)} tests once, and then {_why_no_report(second, timeout_s)}; "
+                f"a suite must run to its end twice (flaky tests are found that way). Output:\n{second.output[-1200:]}"
+            )
     flaky = sorted(t for t in first.cases.keys() | second.cases.keys() if first.outcome(t) != second.outcome(t))
     # a doctest's "file" is the library module the agent must edit: never FAIL_TO_PASS / PASS_TO_PASS
     tests = set(test_files(pristine))
     passing = {t for t in (first.passed & second.passed) - set(flaky) if t.split("::", 1)[0] in tests}
     return Baseline(first, env, clear, passing, flaky, second.trace)
+
+
+def _why_no_report(run: SuiteRun, limit_s: float) -> str:
+    """Why a suite run left no test report, in words."""
+    if run.timed_out:
+        return f"did not finish within {limit_s:.0f} s (raise --timeout)"
+    code = run.exit_code
+    if code in (-signal.SIGXCPU, 128 + signal.SIGXCPU):
+        return "was stopped by the sandbox's CPU-time limit (sandbox.cpu_seconds)"
+    if code is not None and (code < 0 or code > 128):
+        return f"was killed by signal {abs(code) % 128} (out of memory? sandbox.memory_mb)"
+    return f"ended without a test report (exit code {code})"
 
 
 def relevant_files(m: Mutation, trace: dict[str, list[str]], every: list[str]) -> list[str] | None:
@@ -593,6 +623,8 @@ def _write_task(
         "withheld": kept.withheld,
         "env": env,
         **({"test_command": LENIENT_COMMAND.format(files=" ".join(kept.withheld))} if lenient else {}),
+        # a suite that needed a longer --timeout gets it at grading too (tasks default to 120 s)
+        **({"timeout_s": opts.timeout_s} if opts.timeout_s > 120 else {}),
         "metadata": {
             "synth": {
                 "kind": m.kind,

@@ -10,6 +10,7 @@ that cannot be collected (an optional test dependency that is missing) is report
 from __future__ import annotations
 
 import json
+import math
 import re
 import shlex
 import time
@@ -45,7 +46,7 @@ def pytest_runtest_call(item):
 
 def pytest_runtest_teardown(item):
     sys.setprofile(None)
-    mine = _calls.setdefault(item.location[0], set())
+    mine = _calls.setdefault(item.nodeid.split("::", 1)[0], set())  # collected from, not defined in
     mine.update(f[len(_root):] for f in _current if f.startswith(_root))
     _current.clear()
 
@@ -75,6 +76,8 @@ class SuiteRun:
     """Test file -> why pytest could not collect it (a missing optional test dependency, most often)."""
     trace: dict[str, list[str]] = field(default_factory=dict)
     """Test file -> the repository files its tests called into (a traced run only)."""
+    exit_code: int | None = None
+    """pytest's exit code (negative: the signal that ended it)."""
 
     def outcome(self, node_id: str) -> Outcome | None:
         case = self.cases.get(node_id)
@@ -106,7 +109,11 @@ class SuiteRunner:
         self, repo: Path, spec: SandboxSpec, env: dict[str, str], timeout_s: float = 60.0, lenient: bool = False
     ) -> None:
         self.repo = repo
-        self.spec = spec.model_copy(update={"workspace": repo, "env": {**spec.env, **env}})
+        # a run may use the CPU its wall-clock limit allows (the traced run three times that): the
+        # sandbox's default CPU limit (120 s) once killed chardet's traced run mid-suite, under a
+        # --timeout of 180 s
+        cpu = max(spec.cpu_seconds, math.ceil(3 * timeout_s))
+        self.spec = spec.model_copy(update={"workspace": repo, "env": {**spec.env, **env}, "cpu_seconds": cpu})
         self.timeout_s = timeout_s
         self.lenient = lenient
         """Run with the project's ``addopts`` and ``filterwarnings`` emptied and warnings ignored: settings
@@ -150,7 +157,7 @@ class SuiteRunner:
             )
             r = await box.exec(command, timeout=self.timeout_s * (3 if trace else 1))
             output = r.stdout + r.stderr
-            run = SuiteRun(timed_out=r.timed_out, output=output[-4000:])
+            run = SuiteRun(timed_out=r.timed_out, output=output[-4000:], exit_code=r.exit_code)
             run.collection_errors = collection_errors(output)
             try:
                 report = (await box.read_file(_REPORT)).decode("utf-8", "replace")
