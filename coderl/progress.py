@@ -146,7 +146,7 @@ class PlainProgress(Progress):
     def _say_if_finished(self, task_id: TaskID) -> None:
         with self._lock:
             task = self._tasks.get(task_id)
-            if task is None or not task.finished or task_id in self._done:
+            if task is None or not task.finished or task_id in self._done or not task.visible:
                 return
             self._done.add(task_id)
             line = plain_line(task, time.monotonic(), self.name)
@@ -160,7 +160,7 @@ class PlainProgress(Progress):
                 for task_id, task in self._tasks.items():
                     when, count = self._said.get(task_id, (now, -1.0))
                     quiet = now - when < (self.every if task.completed != count else HEARTBEATS * self.every)
-                    if task_id in self._done or quiet:
+                    if task_id in self._done or quiet or not task.visible:  # hidden as a live bar would be
                         continue
                     self._said[task_id] = (now, task.completed)
                     lines.append(plain_line(task, now, self.name))

@@ -11,6 +11,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
+import yaml
 
 from coderl.cli.main import main
 from coderl.errors import TaskError
@@ -94,7 +95,8 @@ async def test_a_src_layout_with_a_flaky_test_and_a_missing_dependency(tmp_path:
     for task_id in summary["task_ids"]:
         meta = (tmp_path / "out" / "tasks" / task_id / "task.yaml").read_text()
         assert "test_flip" not in meta and "test_never_collected" not in meta
-        assert "-o addopts= -o filterwarnings= -W ignore" in meta  # graded the same way
+        command = yaml.safe_load(meta)["test_command"]
+        assert "--continue-on-collection-errors -o addopts= -o filterwarnings= -W ignore" in command  # graded the same way
 
 
 def test_a_mutant_runs_the_test_files_that_call_into_its_file() -> None:
@@ -219,6 +221,7 @@ def test_c_speedups_with_a_pure_python_fallback_are_run_without(tmp_path: Path, 
     assert main(["tasks", "synth", str(root), str(tmp_path / "out"), "--n", "1", "--no-validate"]) == 0
     said = " ".join(capsys.readouterr().err.split())
     assert "note: C sources (shapes/_speedups.c) are not built here" in said and "1 tasks in" in said
+    assert "counts in" in said and "fewer than --n" not in said
     summary = json.loads((tmp_path / "out" / "synth-shapes.json").read_text())
     assert summary["native_sources"] == ["shapes/_speedups.c"] and summary["kept"] == 1
     assert "shapes/_native.py" in next((tmp_path / "out" / "tasks").glob("shapes-s*/gold.patch")).read_text()
@@ -389,3 +392,12 @@ def test_a_suite_run_gets_the_cpu_time_its_wall_clock_limit_allows() -> None:
     assert "CPU-time limit" in _why_no_report(SuiteRun(exit_code=152), 60)
     assert "killed by signal 9" in _why_no_report(SuiteRun(exit_code=-9), 60)
     assert "exit code 4" in _why_no_report(SuiteRun(exit_code=4), 60)
+
+
+def test_a_synth_that_keeps_fewer_than_n_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = _project(tmp_path / "shapes")
+    assert main(["tasks", "synth", str(root), str(tmp_path / "out"), "--n", "40", "--no-validate"]) == 0
+    said = " ".join(capsys.readouterr().err.split())
+    kept = json.loads((tmp_path / "out" / "synth-shapes.json").read_text())["kept"]
+    assert 0 < kept < 40 and f"{40 - kept} fewer than --n 40: no more of the mutants tried were kept" in said
+    assert "validated:" not in said  # no validation bar where nothing is validated

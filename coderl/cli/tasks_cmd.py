@@ -123,7 +123,7 @@ def _no_task_advice(summary: dict[str, Any], path: str) -> str:
             f"{'were' if len(dropped) != 1 else 'was'} left out (test_files_dropped in {path}): with them the "
             "suite may catch more"
         )
-    if summary["dropped"]["uncaught"] > summary["tried"] // 2:
+    if summary["tried"] >= 10 and summary["dropped"]["uncaught"] > summary["tried"] // 2:  # not from a handful
         advice.append(
             f"most mutants were caught by no test: the {summary['baseline_passing_tests']} passing tests "
             "exercise little of the library"
@@ -148,15 +148,26 @@ def run_tasks_synth(ns: argparse.Namespace) -> int:
         print(json.dumps(summary))
         return 0 if summary["kept"] else 1
     dropped = ", ".join(f"{k} {v}" for k, v in summary["dropped"].items() if v) or "none"
-    ran = f"{summary['tried']} of {summary['mutation_sites']} mutants run; dropped: {dropped}"
+    surplus = f"; {summary['surplus']} caught after the last place was filled" if summary["surplus"] else ""
+    ran = f"{summary['tried']} of {summary['mutation_sites']} mutants run; dropped: {dropped}{surplus}"
+    path = Path(ns.out) / f"synth-{summary['name']}.json"
     if not summary["kept"]:
-        advice = _no_task_advice(summary, str(Path(ns.out) / f"synth-{summary['name']}.json"))
-        console.print(f"coderl: error: no task kept ({ran}); {advice}", highlight=False)
+        console.print(f"coderl: error: no task kept ({ran}); {_no_task_advice(summary, str(path))}", highlight=False)
         return 1
-    console.print(f"{summary['kept']} tasks in {ns.out}/tasks ({ran}); load them with tasks.source=native:{ns.out}")
+    short = summary["requested"] - summary["kept"]
+    console.print(
+        f"{summary['kept']} tasks in {ns.out}/tasks ({ran}); load them with tasks.source=native:{ns.out}; "
+        f"counts in {path}", highlight=False,
+    )  # fmt: skip
+    if short > 0:
+        why = (
+            f"{summary['dropped']['failed_validation']} failed validation (failed_mutations in the counts)"
+            if summary["dropped"]["failed_validation"] else "no more of the mutants tried were kept"
+        )
+        console.print(f"{short} fewer than --n {summary['requested']}: {why}", highlight=False)
     kinds = summary["by_kind"]
     if kinds:  # each kind's share of the kept tasks, and how many of its mutants were kept
-        console.print("by kind (share of kept, kept/tried): " + ", ".join(
+        console.print("by kind (share of kept, kept/tried, a surplus mutant counted as tried): " + ", ".join(
             f"{k} {v['kept'] / max(summary['kept'], 1):.0%} ({v['kept']}/{v['tried']})" for k, v in kinds.items()
         ))  # fmt: skip
     return 0 if summary["kept"] else 1

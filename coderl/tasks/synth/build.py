@@ -319,7 +319,8 @@ def progress_callback(progress: Progress, n: int, label: str = "mutants run") ->
         elif stage == "mutants":
             progress.update(kept, completed=min(len(state.kept), state.want), info=f"{sum(state.tried.values())} {label}")
         else:
-            progress.update(checked, advance=1, visible=True, total=len(state.kept))
+            failing = state.dropped["failed_validation"]
+            progress.update(checked, advance=1, visible=True, total=len(state.kept), info=f"failing {failing}" if failing else "")
 
     return tick
 
@@ -441,9 +442,12 @@ async def synthesize(
     failures: dict[str, list[str]] = {}
     if opts.validate:
         folders = [out / "tasks" / task_id for task_id in written]
-        failures = await _validate(
-            folders, spec, opts.concurrency, lambda: on_progress and on_progress("validate", state)
-        )
+        def checked() -> None:  # the bar says how many failed so far
+            state.dropped["failed_validation"] = len(failures)
+            if on_progress is not None:
+                on_progress("validate", state)
+
+        await _validate(folders, spec, opts.concurrency, checked, failures)
         for task_id in failures:
             shutil.rmtree(out / "tasks" / task_id, ignore_errors=True)
         state.dropped["failed_validation"] = len(failures)
@@ -477,6 +481,10 @@ async def synthesize(
         "mutant_run_s_mean": round(sum(state.run_s) / len(state.run_s), 2) if state.run_s else None,
         "env": env,
         "validation_failures": failures,
+        "failed_mutations": {  # what each task that failed validation was (its folder is removed)
+            task_id: {"kind": k.mutation.kind, "path": k.mutation.path, "line": k.mutation.line}
+            for task_id, k in zip(written, state.kept, strict=True) if task_id in failures
+        },
         "task_ids": sorted(set(written) - set(failures)),
         "seconds": round(time.perf_counter() - started, 1),
     }
@@ -641,11 +649,10 @@ def _write_task(
 
 
 async def _validate(
-    folders: list[Path], spec: SandboxSpec, concurrency: int, tick: Callable[[], object]
-) -> dict[str, list[str]]:
-    """Task id -> problems, for the written tasks that ``check_task`` does not prove."""
+    folders: list[Path], spec: SandboxSpec, concurrency: int, tick: Callable[[], object], failures: dict[str, list[str]]
+) -> None:
+    """Into ``failures``: task id -> problems, for the written tasks that ``check_task`` does not prove."""
     gate = asyncio.Semaphore(max(1, concurrency))
-    failures: dict[str, list[str]] = {}
 
     async def one(folder: Path) -> None:
         async with gate:
@@ -658,4 +665,3 @@ async def _validate(
         tick()
 
     await gather_all(one(f) for f in folders)
-    return failures
