@@ -380,13 +380,13 @@ async def test_a_traced_run_that_breaks_off_falls_back_to_every_test_file(
     assert "timeout_s: 150" in (task / "task.yaml").read_text()  # the longer limit, at grading too
 
 
-def test_a_suite_run_gets_the_cpu_time_its_wall_clock_limit_allows() -> None:
+def test_a_suite_run_gets_the_cpu_time_its_wall_clock_limit_allows(tmp_path: Path) -> None:
     from coderl.sandbox import SandboxSpec
     from coderl.tasks.synth.build import _why_no_report
     from coderl.tasks.synth.suite import SuiteRun, SuiteRunner
 
-    assert SuiteRunner(Path("/tmp"), SandboxSpec(), {}, 180).spec.cpu_seconds == 540  # 3x: the traced run
-    assert SuiteRunner(Path("/tmp"), SandboxSpec(cpu_seconds=900), {}, 60).spec.cpu_seconds == 900
+    assert SuiteRunner(tmp_path, SandboxSpec(), {}, 180).spec.cpu_seconds == 540  # 3x: the traced run
+    assert SuiteRunner(tmp_path, SandboxSpec(cpu_seconds=900), {}, 60).spec.cpu_seconds == 900
     assert "did not finish within 540 s" in _why_no_report(SuiteRun(timed_out=True), 540)
     assert "CPU-time limit" in _why_no_report(SuiteRun(exit_code=-24), 60)
     assert "CPU-time limit" in _why_no_report(SuiteRun(exit_code=152), 60)
