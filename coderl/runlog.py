@@ -23,7 +23,7 @@ import logging
 import threading
 import time
 import traceback
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
@@ -139,7 +139,7 @@ def run_log(run_dir: Path, command: str, console: Console, resumed: bool = False
             writer.lines(f"coderl {command} failed: {exc}", "== ")
             raise
         except BaseException as exc:
-            writer.lines("".join(_tail(traceback.format_exception(exc))), "   ")
+            writer.lines("".join(traceback.format_exception(exc)[-60:]), "   ")  # its last 60 lines
             writer.lines(f"coderl {command} failed: {type(exc).__name__}: {exc}", "== ")
             raise
         else:
@@ -147,11 +147,6 @@ def run_log(run_dir: Path, command: str, console: Console, resumed: bool = False
         finally:
             logging.getLogger().removeHandler(records)
             _pop_hook(console, mirror)
-
-
-def _tail(lines: Iterable[str], keep: int = 60) -> list[str]:
-    kept = list(lines)
-    return kept[-keep:]
 
 
 def _pop_hook(console: Console, hook: RenderHook) -> None:

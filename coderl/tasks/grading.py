@@ -91,9 +91,8 @@ def _spec_fields(task: Task, base: SandboxSpec) -> dict[str, Any]:
     # task whose suite needs 150 s under a 180 s limit is not killed at the sandbox's default 120
     cpu = max(base.cpu_seconds, math.ceil(task.timeout_s))
     fields: dict[str, Any] = {"workspace": task.repo, "workdir": task.workdir, "cpu_seconds": cpu}
-    base_env = base.env
     if task.env:
-        fields["env"] = {**base_env, **task.env}
+        fields["env"] = {**base.env, **task.env}
     if task.verifier == "harbor":
         fields["mounts"] = {"/tests": ".coderl-harbor/tests", "/logs": ".coderl-harbor/logs"}
     return fields
