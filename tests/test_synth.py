@@ -250,6 +250,44 @@ async def test_the_tasks_kept_are_the_first_caught_in_the_seeded_order_however_m
 
 
 @pytest.mark.slow
+async def test_a_task_that_fails_validation_is_replaced_by_the_next_one_caught(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every task is validated by the real check; two of them are made to fail it (the check's verdict
+    is what is faked, to isolate what follows a failure): each is removed and replaced by the next mutant
+    caught in the seeded order, so the suite still holds --n tasks, the ones a longer run keeps."""
+    from coderl.tasks.synth import build
+    from coderl.tasks.validate import TaskCheck
+    from coderl.types import Task
+
+    real = build.check_task
+    made_to_fail = {"synth_repo-s001", "synth_repo-s003"}
+
+    async def check(task: Task, spec: object = None) -> TaskCheck:
+        verdict = await real(task, spec)  # type: ignore[arg-type]
+        if task.id in made_to_fail:
+            verdict.problems.append("made to fail by the test")
+            verdict.ok = False
+        return verdict
+
+    def what(out: Path) -> dict[str, object]:
+        return {t.id: t.metadata["synth"] for t in load_tasks(f"native:{out}")}  # type: ignore[index]
+
+    await synthesize(REPO, tmp_path / "five", SynthOptions(n=5, seed=3, validate=False))
+    monkeypatch.setattr(build, "check_task", check)
+    summary = await synthesize(REPO, tmp_path / "three", SynthOptions(n=3, seed=3))
+    five, three = what(tmp_path / "five"), what(tmp_path / "three")
+    assert sorted(three) == ["synth_repo-s002", "synth_repo-s004", "synth_repo-s005"] == summary["task_ids"]
+    assert all(three[i] == five[i] for i in three)  # the replacements are the 4th and 5th caught
+    assert summary["kept"] == 3 and summary["dropped"]["failed_validation"] == 2 and summary["replacements"] == 2
+    assert set(summary["failed_mutations"]) == made_to_fail == set(summary["validation_failures"])
+    assert summary["failed_mutations"]["synth_repo-s001"]["line"] == five["synth_repo-s001"]["line"]  # type: ignore[index]
+    assert sum(v["kept"] for v in summary["by_kind"].values()) == 3
+    dropped = summary["dropped"]
+    assert summary["tried"] + dropped["overlaps_existing_task"] == 3 + sum(dropped.values()) + summary["surplus"]
+
+
+@pytest.mark.slow
 async def test_synth_mutates_only_short_functions_when_asked(tmp_path: Path) -> None:
     repo = _calc_repo(tmp_path / "calc")
     short = await synthesize(repo, tmp_path / "short", SynthOptions(n=20, validate=False, max_lines=2))

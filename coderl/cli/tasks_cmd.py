@@ -160,9 +160,10 @@ def run_tasks_synth(ns: argparse.Namespace) -> int:
         f"counts in {path}", highlight=False,
     )  # fmt: skip
     if short > 0:
-        why = (
-            f"{summary['dropped']['failed_validation']} failed validation (failed_mutations in the counts)"
-            if summary["dropped"]["failed_validation"] else "no more of the mutants tried were kept"
+        failed = summary["dropped"]["failed_validation"]
+        why = "no more of the mutants tried were kept" + (
+            f" ({failed} failed validation and were replaced as far as the mutants went; failed_mutations "
+            "in the counts)" if failed else ""
         )
         console.print(f"{short} fewer than --n {summary['requested']}: {why}", highlight=False)
     kinds = summary["by_kind"]

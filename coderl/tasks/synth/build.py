@@ -26,7 +26,9 @@ passing pytest suite (the SWE-smith / R2E-Gym recipe: mutate, keep what the test
    withheld from the agent's snapshot and run only at grading; the issue text is written from the
    failing tests' names, statements and messages (:mod:`coderl.tasks.synth.issue`), never the fix.
 5. Every task is then proven the way ``coderl tasks validate`` does (the gold patch resolves it; the
-   empty patch and a patch that only rewrites tests do not); one that fails is dropped and counted.
+   empty patch and a patch that only rewrites tests do not); one that fails is dropped, counted, and
+   replaced by the next mutant caught in the seeded order (numbered after the last task written), round
+   after round, until ``n`` hold up or the mutants run out.
 
 The counts go to ``OUT_DIR/synth-<name>.json`` and are returned.
 """
@@ -126,6 +128,8 @@ class _State:
     tried: Counter[str] = field(default_factory=Counter)
     kept_kinds: Counter[str] = field(default_factory=Counter)
     surplus: int = 0
+    written: int = 0
+    """Tasks written so far (validated as they are written, when they are)."""
     run_s: list[float] = field(default_factory=list)
     """Seconds of each mutant's test run."""
     test_files_dropped: dict[str, str] = field(default_factory=dict)
@@ -317,10 +321,11 @@ def progress_callback(progress: Progress, n: int, label: str = "mutants run") ->
                     highlight=False,
                 )
         elif stage == "mutants":
-            progress.update(kept, completed=min(len(state.kept), state.want), info=f"{sum(state.tried.values())} {label}")
+            good = min(len(state.kept), state.want) - state.dropped["failed_validation"]  # a failed task is replaced
+            progress.update(kept, completed=good, info=f"{sum(state.tried.values())} {label}")
         else:
             failing = state.dropped["failed_validation"]
-            progress.update(checked, advance=1, visible=True, total=len(state.kept), info=f"failing {failing}" if failing else "")
+            progress.update(checked, advance=1, visible=True, total=state.written, info=f"failing {failing}" if failing else "")
 
     return tick
 
@@ -428,29 +433,43 @@ async def synthesize(
                 if on_progress is not None:
                     on_progress("mutants", state)
 
-    await gather_all(worker() for _ in range(max(1, opts.concurrency)))  # a cancel waits for every suite runner
-    # the first n caught in the seeded order, whichever worker finished first: every mutant before the
-    # n-th of them ran (the queue hands them out in order, and each one taken runs to its end)
-    state.kept.sort(key=lambda k: k.order)
-    state.surplus = max(0, len(state.kept) - state.want)  # caught after the last place was filled
-    del state.kept[state.want :]
-    state.kept_kinds.update(k.mutation.kind for k in state.kept)
-    written = [
-        _write_task(out / "tasks", name, i + 1, k, pristine, env, opts, base.lenient)
-        for i, k in enumerate(state.kept)
-    ]
+    written: list[tuple[str, Kept]] = []  # (task id, what it is), in the seeded order
     failures: dict[str, list[str]] = {}
-    if opts.validate:
-        folders = [out / "tasks" / task_id for task_id in written]
-        def checked() -> None:  # the bar says how many failed so far
-            state.dropped["failed_validation"] = len(failures)
+    while True:  # a round: run mutants until enough are caught, write and validate the new tasks
+        await gather_all(worker() for _ in range(max(1, opts.concurrency)))  # a cancel waits for every suite runner
+        # the first places caught in the seeded order, whichever worker finished first: every mutant before
+        # the last of them ran (the queue hands them out in order, and each one taken runs to its end)
+        state.kept.sort(key=lambda k: k.order)
+        fresh = state.kept[len(written) : state.want]  # each round's mutants come after the last round's
+        number = int(written[-1][0].rsplit("-s", 1)[1]) if written else 0
+        new = [
+            (_write_task(out / "tasks", name, number + i + 1, k, pristine, env, opts, base.lenient), k)
+            for i, k in enumerate(fresh)
+        ]
+        written += new
+        state.written = len(written)
+        if not opts.validate or not new:
+            break
+        round_failures: dict[str, list[str]] = {}
+
+        def checked(found: dict[str, list[str]] = round_failures) -> None:  # the bar says how many failed so far
+            state.dropped["failed_validation"] = len(failures) + len(found)
             if on_progress is not None:
                 on_progress("validate", state)
 
-        await _validate(folders, spec, opts.concurrency, checked, failures)
-        for task_id in failures:
+        await _validate([out / "tasks" / task_id for task_id, _ in new], spec, opts.concurrency, checked, round_failures)
+        for task_id in round_failures:
             shutil.rmtree(out / "tasks" / task_id, ignore_errors=True)
+        failures.update(round_failures)
         state.dropped["failed_validation"] = len(failures)
+        if not round_failures:
+            break
+        state.want += len(round_failures)  # a task that failed validation is replaced by the next one caught
+        if on_progress is not None:
+            on_progress("mutants", state)
+    state.surplus = max(0, len(state.kept) - state.want)  # caught after the last place was filled
+    del state.kept[state.want :]
+    state.kept_kinds.update(k.mutation.kind for task_id, k in written if task_id not in failures)
     summary = {
         "repo": given,
         "name": name,
@@ -465,6 +484,7 @@ async def synthesize(
         "sites_in_long_functions": long_sites,
         "tried": sum(state.tried.values()),
         "kept": len(written) - len(failures),
+        "replacements": min(len(failures), max(0, len(written) - opts.n)),  # tasks written for ones that failed validation
         "dropped": {reason: state.dropped.get(reason, 0) for reason in DROP_REASONS},
         "surplus": state.surplus,
         "by_kind": {k: {"tried": state.tried[k], "kept": state.kept_kinds[k]} for k in sorted(state.tried)},
@@ -483,9 +503,9 @@ async def synthesize(
         "validation_failures": failures,
         "failed_mutations": {  # what each task that failed validation was (its folder is removed)
             task_id: {"kind": k.mutation.kind, "path": k.mutation.path, "line": k.mutation.line}
-            for task_id, k in zip(written, state.kept, strict=True) if task_id in failures
+            for task_id, k in written if task_id in failures
         },
-        "task_ids": sorted(set(written) - set(failures)),
+        "task_ids": sorted(task_id for task_id, _ in written if task_id not in failures),
         "seconds": round(time.perf_counter() - started, 1),
     }
     assert state.summary is not None
