@@ -61,7 +61,7 @@ def ranks_on_two_nodes(work: Path) -> dict[str, Any]:
     from coderl.rl import AlgoConfig
     from coderl.train.actor import Actor
     from coderl.train.config import ActorConfig
-    from coderl.train.ranks import ShardedActor
+    from coderl.train.sharded import ShardedActor
     from tests.test_sharded_actor import _step, _trajectories, _weights
 
     checkpoint = tiny_checkpoint()

@@ -16,7 +16,7 @@ from coderl.train.actor import Actor
 from coderl.train.batch import BatchLoss, build_batch
 from coderl.train.config import ActorConfig
 from coderl.train.forward import micro_batch_groups
-from coderl.train.ranks import ShardedActor, build_actor
+from coderl.train.sharded import ShardedActor, build_actor
 from coderl.types import Trajectory
 
 TOL = 1e-5

@@ -23,7 +23,7 @@ from coderl.bench.report import machine_info
 from coderl.config import Config
 from coderl.rl import AlgoConfig
 from coderl.train.batch import BatchLoss, build_batch
-from coderl.train.ranks import build_actor
+from coderl.train.sharded import build_actor
 from coderl.types import Trajectory
 
 

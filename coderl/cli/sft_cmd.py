@@ -47,8 +47,8 @@ def _sft(ns: argparse.Namespace, cfg: Config, console: Console, run_dir: Path) -
     """The demonstrations, the training and the export of ``coderl sft``, into ``run_dir``."""
     from coderl.chat import ChatFormat
     from coderl.tasks.split import train_and_held_out
-    from coderl.train.ranks import build_actor
     from coderl.train.sft import build_demos, check_demos, read_demonstrated
+    from coderl.train.sharded import build_actor
 
     t = cfg.train
     before = read_demonstrated(cfg.model.path)  # model.path may be a warm start itself

@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import io
 import os
-import shutil
 import subprocess
 import tarfile
 import tempfile
@@ -33,7 +32,7 @@ from coderl.errors import SandboxError
 from coderl.sandbox.base import ExecResult, Sandbox, SandboxSpec, relative_path
 from coderl.sandbox.docker_sweep import LABEL, owner_label, sweep_stale_containers
 from coderl.sandbox.hostfs import extract_archive
-from coderl.sandbox.image import image_tag
+from coderl.sandbox.image import docker_cli, image_tag
 from coderl.sandbox.runner import EXEC_POOL, run_limited
 
 TMP_MB = 256
@@ -138,15 +137,6 @@ printf '%s|%s' "$pids" "$main"
 clean-up spares, and the sleep's PID: listed once the init has started the sleep (``docker run -d``
 can return before it has, and a clean-up that then killed the sleep ended the container; seen on a
 loaded machine)."""
-
-
-def docker_cli() -> str:
-    for name in (os.environ.get("CODERL_DOCKER", ""), "docker", "podman"):
-        if name and shutil.which(name):
-            return name
-    raise SandboxError(
-        "no docker or podman CLI found; install one (as root: apt-get install docker.io) or use sandbox.backend=bwrap"
-    )
 
 
 async def docker_available() -> str | None:

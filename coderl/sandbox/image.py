@@ -6,9 +6,9 @@ root-file-system tarball under the coderl cache folder, and ``docker import`` of
 no container registry: debootstrap fetches the packages from a Debian mirror.
 
 It must not start or configure a Docker daemon, run containers, or be imported by the sandbox
-backends on their hot path (only :func:`image_tag` and :func:`image_present` are cheap). Building
-is an explicit, root-only action of the command line and of ``scripts/test.sh``; nothing builds an
-image as a side effect of creating a sandbox.
+backends on their hot path (only :func:`image_tag`, :func:`image_present` and :func:`docker_cli`,
+which finds the CLI, are cheap). Building is an explicit, root-only action of the command line and
+of ``scripts/test.sh``; nothing builds an image as a side effect of creating a sandbox.
 """
 
 from __future__ import annotations
@@ -69,14 +69,21 @@ def image_cache_dir() -> Path:
     return cache_root() / "images"
 
 
+def docker_cli() -> str:
+    for name in (os.environ.get("CODERL_DOCKER", ""), "docker", "podman"):
+        if name and shutil.which(name):
+            return name
+    raise SandboxError(
+        "no docker or podman CLI found; install one (as root: apt-get install docker.io) or use sandbox.backend=bwrap"
+    )
+
+
 def rootfs_tarball(recipe: Recipe = DEFAULT_RECIPE) -> Path:
     return image_cache_dir() / f"{REPOSITORY}-{recipe.digest()}.tar"
 
 
 def image_present(tag: str, cli: str | None = None) -> bool:
     """Whether the daemon behind ``cli`` holds ``tag`` (False too where no daemon answers)."""
-    from coderl.sandbox.docker import docker_cli
-
     try:
         r = subprocess.run(
             [cli or docker_cli(), "image", "inspect", "--format", "{{.Id}}", tag],
@@ -110,8 +117,6 @@ def build_image(
     """Make sure the daemon holds the recipe's image, tagged ``image_tag(recipe)`` (and ``tag`` too
     where given): nothing to do when it is there; else ``docker import`` of the cached root-file-system
     tarball, built first with debootstrap where missing (minutes; ``rebuild`` forces it)."""
-    from coderl.sandbox.docker import docker_cli
-
     cli = docker_cli()
     _require_daemon(cli)
     own = image_tag(recipe)

@@ -74,7 +74,7 @@ class Scored:
 
 class Policy(Protocol):
     """What the trainer, the warm start and weight sync call on an actor: :class:`Actor` (in this
-    process) and :class:`coderl.train.ranks.ShardedActor` (FSDP2 over rank processes) both are one."""
+    process) and :class:`coderl.train.sharded.ShardedActor` (FSDP2 over rank processes) both are one."""
 
     cfg: ActorConfig
 

@@ -69,7 +69,6 @@ from coderl.train.metrics import (
     summary_line,
 )
 from coderl.train.producer import RolloutProducer
-from coderl.train.ranks import ShardedActor, build_actor
 from coderl.train.report import finish_report
 from coderl.train.rollouts import TrainingRollouts
 from coderl.train.sft import (
@@ -82,6 +81,7 @@ from coderl.train.sft import (
     train_sft,
     write_demonstrated,
 )
+from coderl.train.sharded import ShardedActor, build_actor
 from coderl.train.signal import SignalWatch, gold_patches, signal_metrics
 from coderl.train.sync import WeightSync, choose_sync, export_checkpoint
 from coderl.train.update import NOTHING_TRAINED, update_policy
