@@ -17,7 +17,7 @@ from coderl.engine.scripted import ScriptedEngine
 from coderl.rollout.runner import RolloutResult
 from coderl.tasks.patching import holds_change
 from coderl.train.loop import Trainer
-from coderl.train.signal import OUTCOMES, SignalWatch, change_f1, outcome, outcomes, signal_metrics
+from coderl.train.signal import OUTCOMES, InUse, SignalWatch, change_f1, outcome, outcomes, signal_metrics
 from coderl.train.validation import outcome_text
 from coderl.types import Trajectory
 from tests.tiny import tiny_checkpoint
@@ -122,6 +122,28 @@ def test_each_starved_streak_names_its_cause_once(samples: list[RolloutResult], 
     assert cause in warning
     assert watch.observe(3, samples) is None and watch.streak == 3  # said once per streak
     assert watch.observe(4, [result("a#0", 1.0), result("a#0", 0.0)]) is None and watch.streak == 0
+
+
+def test_the_advice_leaves_out_what_the_run_already_does() -> None:
+    """A run that warm-started, draws from the calibrated edge and guides its samples is not told to;
+    the remedies it has not tried are still named, and the warning says what it already had."""
+    failed = [result("a#0", 0.0, patch="+x")] * 2
+    plain = SignalWatch(patience=1, group_size=2).observe(1, failed)
+    assert plain is not None
+    for remedy in ("sft.before_rl=true", "train.curriculum=edge", "train.guide_share > 0", "a lower rollout.temperature"):
+        assert remedy in plain
+    on = InUse(warm_start=True, edge=True, guided=True)
+    tried = SignalWatch(patience=1, group_size=2, in_use=on).observe(1, failed)
+    assert tried is not None and "even with a warm start and the edge curriculum and guided samples" in tried
+    assert not any(r in tried for r in ("sft.before_rl", "curriculum=edge", "guide_share"))
+    assert "Try a lower rollout.temperature or a larger train.group_size (now 2)." in tried
+    cut = SignalWatch(patience=1, group_size=2, in_use=on).observe(1, [result("a#0", 0.0, "step_limit")] * 2)
+    assert cut is not None and cut.endswith("Raise rollout.max_turns.") and "warm the policy up" not in cut
+    mixed = [result("a#0", 1.0), result("a#0", 1.0), result("b#0", 0.0), result("b#0", 0.0)]
+    both = SignalWatch(1, 2, InUse(edge=True, dynamic_sampling=True)).observe(1, mixed)
+    assert both is not None and both.endswith("Raise train.group_size so a task the policy sometimes solves shows both.")
+    easy = SignalWatch(1, 2, InUse(edge=True)).observe(1, [result("a#0", 1.0)] * 2)
+    assert easy is not None and easy.endswith("too easy for this policy. Raise rollout.temperature.")
 
 
 def test_patience_zero_never_warns() -> None:

@@ -82,7 +82,7 @@ from coderl.train.sft import (
     write_demonstrated,
 )
 from coderl.train.sharded import ShardedActor, build_actor
-from coderl.train.signal import SignalWatch, gold_patches, signal_metrics
+from coderl.train.signal import InUse, SignalWatch, gold_patches, signal_metrics
 from coderl.train.sync import WeightSync, choose_sync, export_checkpoint
 from coderl.train.update import NOTHING_TRAINED, update_policy
 from coderl.train.validation import Validation, step_folder
@@ -125,7 +125,10 @@ class Trainer:
         self.start_step = 1
         self.rows: list[dict[str, Any]] = []
         self.demonstrated: set[str] = set()  # tasks the warm start imitated (this run's, or model.path's)
-        self.signal = SignalWatch(cfg.train.signal_patience, cfg.train.group_size)
+        self.signal = SignalWatch(cfg.train.signal_patience, cfg.train.group_size, InUse(
+            edge=cfg.train.curriculum == "edge", guided=cfg.train.guide_share > 0,
+            dynamic_sampling=cfg.algo.dynamic_sampling,
+        ))  # fmt: skip
         """Steps in a row whose groups could not teach, and the warning when there are too many."""
         self.owed: dict[str, Any] | None = None
         """A resumed checkpoint's step row whose validation the stop cut short: validated before step 1 goes on."""
@@ -370,6 +373,7 @@ class Trainer:
         row = rollout_metrics(step, results)
         row.update(signal_metrics(results, gold_patches(self.tasks)))
         row.update(extra)
+        self.signal.in_use.warm_start = bool(self.demonstrated)  # not advised to a warm-started policy
         warning = self.signal.observe(step, results)
         row["starved_steps"] = self.signal.streak
         if warning is not None:

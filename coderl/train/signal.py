@@ -166,13 +166,30 @@ class _Window:
     credit_groups: int = 0  # groups that taught by partial credit alone (train.patch_credit)
 
 
+@dataclass
+class InUse:
+    """What the run already does among the remedies a starved streak's warning names: those are left
+    out of its advice (a run that warm-started is not told to warm-start)."""
+
+    warm_start: bool = False
+    """The policy imitated demonstrations: this run's warm start, or model.path's (coderl-demos.json)."""
+    edge: bool = False
+    """train.curriculum=edge."""
+    guided: bool = False
+    """train.guide_share > 0."""
+    dynamic_sampling: bool = False
+    """algo.dynamic_sampling."""
+
+
 class SignalWatch:
     """Counts steps in a row in which no group could teach and, when there are ``patience`` of them,
-    says so once (per streak) with the likely cause and what to try. ``patience`` 0: never warns."""
+    says so once (per streak) with the likely cause and what to try (what ``in_use`` says the run already
+    does is not suggested). ``patience`` 0: never warns."""
 
-    def __init__(self, patience: int, group_size: int) -> None:
+    def __init__(self, patience: int, group_size: int, in_use: InUse | None = None) -> None:
         self.patience = patience
         self.group_size = group_size
+        self.in_use = in_use or InUse()
         self.window = _Window()
 
     @property
@@ -218,12 +235,20 @@ class SignalWatch:
         )
         return (
             f"no training signal for {len(w.steps)} steps in a row (steps {w.steps[0]}-{w.steps[-1]}): "
-            f"{diagnose(w)}{credit}"
+            f"{diagnose(w, self.in_use)}{credit}"
         )
 
 
-def diagnose(w: _Window) -> str:
-    """The likely cause of a starved streak and what to try, most specific first."""
+def _either(options: list[str]) -> str:
+    """``a``, ``a or b``, ``a, b or c``."""
+    return options[0] if len(options) == 1 else ", ".join(options[:-1]) + " or " + options[-1]
+
+
+def diagnose(w: _Window, in_use: InUse | None = None) -> str:
+    """The likely cause of a starved streak and what to try, most specific first; a remedy ``in_use``
+    says the run already has is not suggested."""
+    on = in_use or InUse()
+    warm_up = "" if on.warm_start else ", or warm the policy up first (sft.before_rl=true) so it "
     if w.largest_group <= 1:
         return (
             "every group has one sample (train.group_size=1), so no group can compare its samples and every "
@@ -237,8 +262,7 @@ def diagnose(w: _Window) -> str:
             f"every sample was cut off by a limit ({limits}; {w.truncated_turns:.0f} of {w.turns} turns cut at "
             "rollout.max_tokens) before it finished, so its reward is 0 whatever the model did. Raise "
             "rollout.max_total_tokens / rollout.max_tokens (or engine.max_model_len with "
-            "rollout.max_context_tokens), or warm the policy up first (sft.before_rl=true) so it finishes in "
-            "fewer tokens."
+            f"rollout.max_context_tokens){warm_up + 'finishes in fewer tokens' if warm_up else ''}."
         )
     if w.samples and w.tool_calls == 0 and w.format_errors > 0:
         return (
@@ -249,8 +273,8 @@ def diagnose(w: _Window) -> str:
         )
     if w.samples and w.truncated == w.samples:
         return (
-            f"every sample used all its turns ({limits}) without submitting. Raise rollout.max_turns, or warm "
-            "the policy up first (sft.before_rl=true) so it submits sooner."
+            f"every sample used all its turns ({limits}) without submitting. Raise rollout.max_turns"
+            f"{warm_up + 'submits sooner' if warm_up else ''}."
         )
     if w.solved == 0:
         unchanged = (
@@ -259,19 +283,32 @@ def diagnose(w: _Window) -> str:
             if w.no_change * 2 >= w.samples
             else ""
         )
+        tries = [
+            *([] if on.warm_start else ["a supervised warm start (sft.before_rl=true)"]),
+            *([] if on.edge else ["train.curriculum=edge with calibrated pass rates (coderl tasks calibrate)"]),
+            "a lower rollout.temperature",
+            f"a larger train.group_size (now {w.largest_group})",
+            *([] if on.guided else ["guided samples (train.guide_share > 0)"]),
+        ]
+        has = [
+            *(["a warm start"] if on.warm_start else []), *(["the edge curriculum"] if on.edge else []),
+            *(["guided samples"] if on.guided else []),
+        ]  # fmt: skip
         return (
-            f"every sample failed ({w.samples} samples, 0 solved{unchanged}): the tasks are too hard for this policy. "
-            "Try a supervised warm start (sft.before_rl=true), train.curriculum=edge with calibrated pass "
-            "rates (coderl tasks calibrate), a lower rollout.temperature, a larger train.group_size "
-            "or guided samples (train.guide_share > 0)."
+            f"every sample failed ({w.samples} samples, 0 solved{unchanged}): the tasks are too hard for this policy"
+            f"{' even with ' + ' and '.join(has) if has else ''}. Try {_either(tries)}."
         )
     if w.solved == w.samples:
         return (
             f"every sample solved its task ({w.samples} samples): the tasks are too easy for this policy. "
-            "Draw harder ones (train.curriculum=edge), or raise rollout.temperature."
+            f"{'Draw harder ones (train.curriculum=edge), or raise' if not on.edge else 'Raise'} rollout.temperature."
         )
+    tries = [
+        "raise train.group_size so a task the policy sometimes solves shows both",
+        *([] if on.edge else ["use train.curriculum=edge"]),
+        *([] if on.dynamic_sampling else ["turn on DAPO dynamic sampling (algo.dynamic_sampling=true)"]),
+    ]
     return (
         f"every group was all-pass ({w.all_pass_groups}) or all-fail ({w.all_fail_groups}); no group mixed "
-        "the two. Raise train.group_size so a task the policy sometimes solves shows both, use "
-        "train.curriculum=edge, or turn on DAPO dynamic sampling (algo.dynamic_sampling=true)."
+        f"the two. {_either(tries)[0].upper()}{_either(tries)[1:]}."
     )
