@@ -126,22 +126,32 @@ def test_each_starved_streak_names_its_cause_once(samples: list[RolloutResult], 
 
 def test_the_advice_leaves_out_what_the_run_already_does() -> None:
     """A run that warm-started, draws from the calibrated edge and guides its samples is not told to;
-    the remedies it has not tried are still named, and the warning says what it already had."""
+    the remedies it has not tried are still named, and the warning says what it already had. Guidance
+    fades: a run set to guide whose starved steps guided no sample is told so."""
     failed = [result("a#0", 0.0, patch="+x")] * 2
     plain = SignalWatch(patience=1, group_size=2).observe(1, failed)
     assert plain is not None
     for remedy in ("sft.before_rl=true", "train.curriculum=edge", "train.guide_share > 0", "a lower rollout.temperature"):
         assert remedy in plain
     on = InUse(warm_start=True, edge=True, guided=True)
-    tried = SignalWatch(patience=1, group_size=2, in_use=on).observe(1, failed)
-    assert tried is not None and "even with a warm start and the edge curriculum and guided samples" in tried
+    guided = [result("a#0", 0.0, patch="+x", guided=1.0), result("a#0", 0.0, patch="+x")]
+    tried = SignalWatch(patience=1, group_size=8, in_use=on).observe(1, guided)
+    assert tried is not None and "even with a warm start, the edge curriculum and 1 guided sample." in tried
     assert not any(r in tried for r in ("sft.before_rl", "curriculum=edge", "guide_share"))
-    assert "Try a lower rollout.temperature or a larger train.group_size (now 2)." in tried
+    assert "Try a lower rollout.temperature or a larger train.group_size (now 8)." in tried  # the setting
+    faded = SignalWatch(patience=1, group_size=2, in_use=on).observe(1, failed)
+    assert faded is not None and "even with a warm start and the edge curriculum." in faded
+    assert faded.endswith("or more guided samples (train.guide_share, train.guide_steps; none of these steps' samples was guided).")
     cut = SignalWatch(patience=1, group_size=2, in_use=on).observe(1, [result("a#0", 0.0, "step_limit")] * 2)
     assert cut is not None and cut.endswith("Raise rollout.max_turns.") and "warm the policy up" not in cut
     mixed = [result("a#0", 1.0), result("a#0", 1.0), result("b#0", 0.0), result("b#0", 0.0)]
     both = SignalWatch(1, 2, InUse(edge=True, dynamic_sampling=True)).observe(1, mixed)
-    assert both is not None and both.endswith("Raise train.group_size so a task the policy sometimes solves shows both.")
+    assert both is not None and both.endswith(
+        "no group mixed the two even with dynamic sampling. Raise train.group_size so a task the policy sometimes "
+        "solves shows both."
+    )
+    some = SignalWatch(1, 2, InUse(edge=True)).observe(1, mixed)
+    assert some is not None and some.endswith("shows both, or turn on DAPO dynamic sampling (algo.dynamic_sampling=true).")
     easy = SignalWatch(1, 2, InUse(edge=True)).observe(1, [result("a#0", 1.0)] * 2)
     assert easy is not None and easy.endswith("too easy for this policy. Raise rollout.temperature.")
 

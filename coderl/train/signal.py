@@ -161,6 +161,7 @@ class _Window:
     tool_calls: float = 0.0
     no_change: int = 0
     largest_group: int = 0
+    guided: int = 0  # samples started from a gold demonstration's prefix (train.guide_share)
     all_pass_groups: int = 0
     all_fail_groups: int = 0
     credit_groups: int = 0  # groups that taught by partial credit alone (train.patch_credit)
@@ -176,7 +177,7 @@ class InUse:
     edge: bool = False
     """train.curriculum=edge."""
     guided: bool = False
-    """train.guide_share > 0."""
+    """train.guide_share > 0 (whether the streak's samples were guided is read off them: guidance fades)."""
     dynamic_sampling: bool = False
     """algo.dynamic_sampling."""
 
@@ -218,6 +219,7 @@ class SignalWatch:
             w.format_errors += t.metrics.get("format_errors", 0.0)
             w.tool_calls += t.metrics.get("tool_calls", 0.0)
             w.no_change += int(outcome(r) == "no_change")
+            w.guided += int(t.metrics.get("guided", 0.0) > 0)
         w.credit_groups += _taught_by_credit(results, groups)
         for g in groups.values():
             w.largest_group = max(w.largest_group, len(g))
@@ -235,19 +237,22 @@ class SignalWatch:
         )
         return (
             f"no training signal for {len(w.steps)} steps in a row (steps {w.steps[0]}-{w.steps[-1]}): "
-            f"{diagnose(w, self.in_use)}{credit}"
+            f"{diagnose(w, self.in_use, self.group_size)}{credit}"
         )
 
 
-def _either(options: list[str]) -> str:
-    """``a``, ``a or b``, ``a, b or c``."""
-    return options[0] if len(options) == 1 else ", ".join(options[:-1]) + " or " + options[-1]
+def _listed(items: list[str], last: str = "or", clauses: bool = False) -> str:
+    """``a``, ``a or b``, ``a, b or c``; ``clauses``: ``a, or b`` and ``a, b, or c`` (long items)."""
+    if len(items) == 1:
+        return items[0]
+    return ", ".join(items[:-1]) + ("," if clauses else "") + f" {last} " + items[-1]
 
 
-def diagnose(w: _Window, in_use: InUse | None = None) -> str:
+def diagnose(w: _Window, in_use: InUse | None = None, group_size: int | None = None) -> str:
     """The likely cause of a starved streak and what to try, most specific first; a remedy ``in_use``
-    says the run already has is not suggested."""
+    says the run already has is not suggested, and the run's remedies are named."""
     on = in_use or InUse()
+    group = group_size or w.largest_group
     warm_up = "" if on.warm_start else ", or warm the policy up first (sft.before_rl=true) so it "
     if w.largest_group <= 1:
         return (
@@ -283,20 +288,25 @@ def diagnose(w: _Window, in_use: InUse | None = None) -> str:
             if w.no_change * 2 >= w.samples
             else ""
         )
+        guide = (
+            [] if w.guided else
+            ["more guided samples (train.guide_share, train.guide_steps; none of these steps' samples was guided)"]
+            if on.guided else ["guided samples (train.guide_share > 0)"]
+        )  # fmt: skip
         tries = [
             *([] if on.warm_start else ["a supervised warm start (sft.before_rl=true)"]),
             *([] if on.edge else ["train.curriculum=edge with calibrated pass rates (coderl tasks calibrate)"]),
             "a lower rollout.temperature",
-            f"a larger train.group_size (now {w.largest_group})",
-            *([] if on.guided else ["guided samples (train.guide_share > 0)"]),
+            f"a larger train.group_size (now {group})",
+            *guide,
         ]
         has = [
             *(["a warm start"] if on.warm_start else []), *(["the edge curriculum"] if on.edge else []),
-            *(["guided samples"] if on.guided else []),
+            *([f"{w.guided} guided sample{'s' if w.guided != 1 else ''}"] if w.guided else []),
         ]  # fmt: skip
         return (
             f"every sample failed ({w.samples} samples, 0 solved{unchanged}): the tasks are too hard for this policy"
-            f"{' even with ' + ' and '.join(has) if has else ''}. Try {_either(tries)}."
+            f"{' even with ' + _listed(has, 'and') if has else ''}. Try {_listed(tries, clauses=len(tries) > 2)}."
         )
     if w.solved == w.samples:
         return (
@@ -308,7 +318,8 @@ def diagnose(w: _Window, in_use: InUse | None = None) -> str:
         *([] if on.edge else ["use train.curriculum=edge"]),
         *([] if on.dynamic_sampling else ["turn on DAPO dynamic sampling (algo.dynamic_sampling=true)"]),
     ]
+    said = _listed(tries, clauses=True)
     return (
         f"every group was all-pass ({w.all_pass_groups}) or all-fail ({w.all_fail_groups}); no group mixed "
-        f"the two. {_either(tries)[0].upper()}{_either(tries)[1:]}."
+        f"the two{' even with dynamic sampling' if on.dynamic_sampling else ''}. {said[0].upper()}{said[1:]}."
     )

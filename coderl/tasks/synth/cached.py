@@ -18,7 +18,7 @@ from pathlib import Path
 from coderl.errors import TaskError
 from coderl.types import Task
 
-RECIPE = "synth-v2"
+RECIPE = "synth-v3"
 """Bumped when what a synthesis makes changes (the cache then makes it again)."""
 
 
