@@ -441,9 +441,8 @@ async def synthesize(
         # the last of them ran (the queue hands them out in order, and each one taken runs to its end)
         state.kept.sort(key=lambda k: k.order)
         fresh = state.kept[len(written) : state.want]  # each round's mutants come after the last round's
-        number = int(written[-1][0].rsplit("-s", 1)[1]) if written else 0
-        new = [
-            (_write_task(out / "tasks", name, number + i + 1, k, pristine, env, opts, base.lenient), k)
+        new = [  # numbered on from the last task written (one that failed validation keeps its number)
+            (_write_task(out / "tasks", name, len(written) + i + 1, k, pristine, env, opts, base.lenient), k)
             for i, k in enumerate(fresh)
         ]
         written += new
