@@ -162,3 +162,17 @@ def torch_device(name: str) -> torch.device:
     if name == "cuda" and not torch.cuda.is_available():
         raise ModelError("model.device=cuda but CUDA is not available here; use model.device=cpu or auto")
     return torch.device(name)
+
+
+def eos_token_ids(model: Any, tokenizer: Any) -> set[int]:
+    """Every end-of-sequence token id the model's generation config, model config and tokenizer name."""
+    ids: set[int] = set()
+    for source in (getattr(model, "generation_config", None), model.config):
+        eos = getattr(source, "eos_token_id", None)
+        if isinstance(eos, int):
+            ids.add(eos)
+        elif isinstance(eos, list):
+            ids.update(int(e) for e in eos)
+    if tokenizer.eos_token_id is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    return ids

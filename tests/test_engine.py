@@ -197,7 +197,7 @@ async def test_the_engine_thread_hands_its_free_heap_back_when_it_runs_out_of_wo
     """What finished sequences freed stays in the engine thread's glibc arena unless returned."""
     trims: list[str] = []
     monkeypatch.setattr(
-        "coderl.engine.embedded.release_free_memory", lambda: trims.append(threading.current_thread().name)
+        "coderl.engine.scheduler.release_free_memory", lambda: trims.append(threading.current_thread().name)
     )
     eng = EmbeddedEngine(EngineConfig(), ModelConfig())
     await eng.start()
@@ -331,8 +331,8 @@ async def test_released_weights_leave_memory_until_a_full_update_brings_them_bac
     await eng.start()
     try:
         if decode == "padded_steps":
-            assert eng._rows is not None
-            eng._decode_step = DecodeGraphs(eng.runner, eng._rows, capture=False)
+            assert eng._sched.rows is not None
+            eng._sched.decode_step = DecodeGraphs(eng.runner, eng._sched.rows, capture=False)
         params = SamplingParams(max_tokens=12, temperature=0, ignore_eos=True)
         before = await eng.generate(chat_prompts[1], params)
         state = {k: v.clone() for k, v in eng.runner.model.state_dict().items()}
@@ -347,8 +347,8 @@ async def test_released_weights_leave_memory_until_a_full_update_brings_them_bac
         assert len((await running).token_ids) == 24  # what was generating finished first
         assert eng.stats()["weights_released"] and all(p.numel() == 0 for p in eng.runner.model.parameters())
         if decode == "padded_steps":
-            assert isinstance(eng._decode_step, DecodeGraphs) and len(eng._decode_step._graphs) == 0
-            assert eng._rows is not None and eng._rows.data is None  # the batch's KV rows went too
+            assert isinstance(eng._sched.decode_step, DecodeGraphs) and len(eng._sched.decode_step._graphs) == 0
+            assert eng._sched.rows is not None and eng._sched.rows.data is None  # the batch's KV rows went too
         assert rss - rss_mb() > 0.5 * weight_mb, (rss, rss_mb(), weight_mb)  # back to the system
         with pytest.raises(EngineError, match="released"):
             await eng.generate(chat_prompts[1], params)
@@ -414,18 +414,18 @@ async def test_a_request_whose_kv_cannot_be_placed_fails_alone_and_a_failed_loop
     eng = EmbeddedEngine(EngineConfig(decode_attention="batched"), ModelConfig())
     await eng.start()
     try:
-        assert eng._rows is not None
-        real_bind = eng._rows.bind
-        monkeypatch.setattr(eng._rows, "bind", lambda kv: (_ for _ in ()).throw(RuntimeError("no room")))
+        assert eng._sched.rows is not None
+        real_bind = eng._sched.rows.bind
+        monkeypatch.setattr(eng._sched.rows, "bind", lambda kv: (_ for _ in ()).throw(RuntimeError("no room")))
         with pytest.raises(EngineError, match="could not place the request's KV: RuntimeError"):
             await eng.generate(chat_prompts[0], SamplingParams(max_tokens=4))
-        monkeypatch.setattr(eng._rows, "bind", real_bind)
+        monkeypatch.setattr(eng._sched.rows, "bind", real_bind)
         assert len((await eng.generate(chat_prompts[0], SamplingParams(max_tokens=4))).token_ids) == 4
 
         def broken() -> None:
             raise AssertionError("a bug in the loop")
 
-        monkeypatch.setattr(eng, "_drop_cancelled", broken)  # the loop itself fails: nobody may hang
+        monkeypatch.setattr(eng._sched, "_drop_cancelled", broken)  # the loop itself fails: nobody may hang
         with pytest.raises(EngineUnavailableError, match="engine thread failed: AssertionError"):
             await asyncio.wait_for(eng.generate(chat_prompts[0], SamplingParams(max_tokens=4)), 60)
         assert not await eng.healthy()

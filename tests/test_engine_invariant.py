@@ -12,9 +12,10 @@ import pytest
 
 from coderl.config import EngineConfig, ModelConfig
 from coderl.engine import SamplingParams
-from coderl.engine.embedded import EmbeddedEngine, prefill_piece
+from coderl.engine.embedded import EmbeddedEngine
 from coderl.engine.row_probe import CANDIDATES
 from coderl.engine.runner import ROW_BLOCK, _invariant_segments
+from coderl.engine.scheduler import prefill_piece
 
 
 def test_a_prompts_pieces_end_at_multiples_of_the_chunk_whatever_it_has_done() -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import torch
 
+from coderl.engine.packed import drop_packed
 from coderl.errors import EngineError
 
 
@@ -49,3 +50,21 @@ def load_weights(model: torch.nn.Module, weights: Mapping[str, torch.Tensor] | s
             )
     for name, tensor in state.items():
         params[name].copy_(tensor.to(device=params[name].device, dtype=params[name].dtype))
+
+
+def empty_parameters(model: torch.nn.Module) -> dict[str, torch.Size]:
+    """Let go of every parameter's storage (and of packed copies of them); their shapes, for
+    :func:`restore_parameters`."""
+    shapes = {name: p.shape for name, p in model.named_parameters()}
+    drop_packed(model)
+    for p in model.parameters():
+        p.data = torch.empty(0, dtype=p.dtype, device=p.device)
+    return shapes
+
+
+def restore_parameters(model: torch.nn.Module, shapes: Mapping[str, torch.Size]) -> None:
+    """Give emptied parameters storage of their ``shapes`` again (uninitialised), for an update to fill."""
+    params = dict(model.named_parameters())
+    for name, shape in shapes.items():
+        p = params[name]
+        p.data = torch.empty(shape, dtype=p.dtype, device=p.device)
