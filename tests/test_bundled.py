@@ -52,7 +52,7 @@ def test_the_synth_tier_is_large_disjoint_and_hides_its_tests() -> None:
     from pathlib import Path
 
     from coderl.tasks.native import BUNDLED_ROOT
-    from coderl.tasks.synth.build import protected_lines
+    from coderl.tasks.synth.writer import protected_lines
 
     synth = load_tasks("bundled:synth")
     assert len(synth) >= 300 and {t.tier for t in synth} == {"synth"}

@@ -14,9 +14,10 @@ from coderl.cli.main import main
 from coderl.errors import TaskError
 from coderl.tasks import load_tasks
 from coderl.tasks.junit import JUnitCase
-from coderl.tasks.synth.build import SynthOptions, called_names, gold_patch, protected_lines, synthesize
+from coderl.tasks.synth.build import SynthOptions, called_names, synthesize
 from coderl.tasks.synth.issue import issue_text
 from coderl.tasks.synth.mutate import KINDS, find_mutations, interleave
+from coderl.tasks.synth.writer import gold_patch, protected_lines
 
 REPO = Path(__file__).parent / "data" / "synth_repo"
 

@@ -15,7 +15,8 @@ import yaml
 
 from coderl.cli.main import main
 from coderl.errors import TaskError
-from coderl.tasks.synth.build import SynthOptions, _imports_own_tests, relevant_files, synthesize
+from coderl.tasks.synth.baseline import imports_own_tests, relevant_files
+from coderl.tasks.synth.build import SynthOptions, synthesize
 from coderl.tasks.synth.mutate import Mutation
 from coderl.tasks.synth.source import _unpack, fetch_pypi, native_sources
 
@@ -160,7 +161,7 @@ async def test_a_suite_whose_test_files_cannot_be_imported_is_refused_naming_the
 def test_a_collection_error_is_told_from_the_projects_own_tests_package(error: str, own: bool) -> None:
     """Only an import from the project's own ``tests`` package points at a file an sdist left out; a
     missing dependency is to be installed."""
-    assert _imports_own_tests(error) is own
+    assert imports_own_tests(error) is own
 
 
 def test_a_synth_with_unimportable_test_files_warns_before_the_mutants_run(
@@ -371,7 +372,7 @@ async def test_a_traced_run_that_breaks_off_falls_back_to_every_test_file(
     gets the CPU its time limit allows, and one that still breaks off is said and done without."""
     root = _project(tmp_path / "shapes")
     (root / "tests" / "conftest.py").write_text(KILL_TRACED)
-    with caplog.at_level(logging.WARNING, logger="coderl.tasks.synth.build"):
+    with caplog.at_level(logging.WARNING, logger="coderl.tasks.synth.baseline"):
         summary = await synthesize(root, tmp_path / "out", SynthOptions(n=1, timeout_s=150, validate=False))
     assert summary["kept"] == 1 and summary["baseline_passing_tests"] >= 4  # from two untraced runs
     said = caplog.text
@@ -382,16 +383,16 @@ async def test_a_traced_run_that_breaks_off_falls_back_to_every_test_file(
 
 def test_a_suite_run_gets_the_cpu_time_its_wall_clock_limit_allows(tmp_path: Path) -> None:
     from coderl.sandbox import SandboxSpec
-    from coderl.tasks.synth.build import _why_no_report
+    from coderl.tasks.synth.baseline import why_no_report
     from coderl.tasks.synth.suite import SuiteRun, SuiteRunner
 
     assert SuiteRunner(tmp_path, SandboxSpec(), {}, 180).spec.cpu_seconds == 540  # 3x: the traced run
     assert SuiteRunner(tmp_path, SandboxSpec(cpu_seconds=900), {}, 60).spec.cpu_seconds == 900
-    assert "did not finish within 540 s" in _why_no_report(SuiteRun(timed_out=True), 540)
-    assert "CPU-time limit" in _why_no_report(SuiteRun(exit_code=-24), 60)
-    assert "CPU-time limit" in _why_no_report(SuiteRun(exit_code=152), 60)
-    assert "killed by signal 9" in _why_no_report(SuiteRun(exit_code=-9), 60)
-    assert "exit code 4" in _why_no_report(SuiteRun(exit_code=4), 60)
+    assert "did not finish within 540 s" in why_no_report(SuiteRun(timed_out=True), 540)
+    assert "CPU-time limit" in why_no_report(SuiteRun(exit_code=-24), 60)
+    assert "CPU-time limit" in why_no_report(SuiteRun(exit_code=152), 60)
+    assert "killed by signal 9" in why_no_report(SuiteRun(exit_code=-9), 60)
+    assert "exit code 4" in why_no_report(SuiteRun(exit_code=4), 60)
 
 
 def test_a_synth_that_keeps_fewer_than_n_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

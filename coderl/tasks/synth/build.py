@@ -30,19 +30,17 @@ passing pytest suite (the SWE-smith / R2E-Gym recipe: mutate, keep what the test
    replaced by the next mutant caught in the seeded order (numbered after the last task written), round
    after round, until ``n`` hold up or the mutants run out.
 
-The counts go to ``OUT_DIR/synth-<name>.json`` and are returned.
+The counts go to ``OUT_DIR/synth-<name>.json`` and are returned. The pristine runs and a mutant's
+verdict are :mod:`coderl.tasks.synth.baseline`'s; the task folders, :mod:`coderl.tasks.synth.writer`'s.
 """
 
 from __future__ import annotations
 
 import asyncio
-import difflib
-import hashlib
 import json
 import logging
 import re
 import shutil
-import signal
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -50,33 +48,32 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import yaml
-
 from coderl.errors import TaskError
 from coderl.gathering import gather_all
 from coderl.sandbox import SandboxSpec
 from coderl.tasks.junit import JUnitCase
 from coderl.tasks.native import load_native_task
 from coderl.tasks.overlap import enclosing_functions
+from coderl.tasks.synth.baseline import classify, relevant_files, run_baseline, too_few_passing
 from coderl.tasks.synth.discovery import describe, read_discovery, test_files
 from coderl.tasks.synth.issue import BUG_IN, bug_in, issue_text
 from coderl.tasks.synth.mutate import Mutation, find_mutations, interleave
 from coderl.tasks.synth.source import fetch_pypi, is_pypi, native_sources, needs_c_build, pypi_spec
-from coderl.tasks.synth.suite import LENIENT, NO_PLUGINS, SuiteRun, SuiteRunner
+from coderl.tasks.synth.suite import SuiteRunner
+from coderl.tasks.synth.writer import (
+    Kept,
+    pristine_copy,
+    protected_lines,
+    remove_tasks,
+    write_task,
+)
 from coderl.tasks.validate import check_task
-from coderl.yamlio import load_yaml
 
 if TYPE_CHECKING:
     from rich.progress import Progress
 
-_IGNORE = shutil.ignore_patterns(".git", "__pycache__", "*.pyc", ".pytest_cache", ".coderl-*", ".mypy_cache")
 log = logging.getLogger(__name__)
 
-LENIENT_COMMAND = (
-    "python -m pytest -p no:cacheprovider -q -o junit_family=xunit1 --continue-on-collection-errors "
-    f"{LENIENT} --junitxml={{{{junit}}}} {{files}}"
-)
-"""A task's grading command when its project's pytest settings had to be emptied (``SuiteRunner.lenient``)."""
 DROP_REASONS = (
     "uncaught", "breaks_everything", "timeout", "no_pass_to_pass", "overlaps_existing_task", "bug_elsewhere",
     "failed_validation",
@@ -104,19 +101,6 @@ class SynthOptions:
     max_lines: int | None = None
     """Mutate only functions of at most this many lines (decorators and docstring included; module-level
     code not at all): tasks the size of the functions an agent writes back whole."""
-
-
-@dataclass
-class Kept:
-    mutation: Mutation
-    fail_to_pass: list[str]
-    pass_to_pass: list[str]
-    withheld: list[str]
-    failures: list[JUnitCase]
-    order: int
-    """The mutant's place in the seeded order: the kept tasks are the first ``n`` caught in it."""
-    instruction: str
-    """Its issue text (:func:`_instruction`), written once when it is caught."""
 
 
 @dataclass
@@ -155,145 +139,6 @@ def library_files(repo: Path) -> list[str]:
             continue
         out.append(str(rel))
     return out
-
-
-def protected_lines(tasks_dir: Path, repo_name: str, tier: str) -> dict[str, set[int]]:
-    """Lines of the pristine repository that other tasks of the suite (not of ``tier``) fix: path ->
-    the line numbers their gold patches change, with one line of margin on each side."""
-    lines: dict[str, set[int]] = {}
-    for meta_path in sorted(tasks_dir.glob("*/task.yaml")) if tasks_dir.is_dir() else []:
-        meta = load_yaml(meta_path.read_text()) or {}
-        gold = meta_path.parent / "gold.patch"
-        if meta.get("repo") != repo_name or meta.get("tier") == tier or not gold.is_file():
-            continue
-        path, new_line = "", 0
-        for row in gold.read_text().splitlines():
-            if row.startswith("+++ "):
-                path = row[4:].removeprefix("b/").strip()
-            elif m := re.match(r"@@ -\d+(?:,\d+)? \+(\d+)(?:,\d+)? @@", row):
-                new_line = int(m.group(1))
-            elif row.startswith("+") and path:
-                lines.setdefault(path, set()).update((new_line - 1, new_line, new_line + 1))
-                new_line += 1
-            elif row.startswith("-") and path and not row.startswith("--- "):
-                lines.setdefault(path, set()).update((new_line - 1, new_line))  # removed before new_line
-            elif row.startswith(" "):
-                new_line += 1
-    return lines
-
-
-def gold_patch(path: str, mutant: str, pristine: str) -> str:
-    """The fix in git's diff format: the mutated file back to the pristine one."""
-    body = difflib.unified_diff(
-        mutant.splitlines(keepends=True), pristine.splitlines(keepends=True), f"a/{path}", f"b/{path}", n=3
-    )
-    return f"diff --git a/{path} b/{path}\n" + "".join(body)
-
-
-def _classify(
-    run: SuiteRun, baseline: set[str], files: list[str] | None = None
-) -> tuple[str, list[str], list[str], list[str]]:
-    """(verdict, FAIL_TO_PASS, PASS_TO_PASS, withheld files) of one mutant's run over the test
-    ``files`` (default: the whole suite)."""
-    if run.timed_out:
-        return "timeout", [], [], []
-    if files is not None:
-        ran = set(files)
-        baseline = {t for t in baseline if t.split("::", 1)[0] in ran}
-    failing = sorted(t for t in baseline if run.outcome(t) != "passed")
-    if not failing:
-        return "uncaught", [], [], []
-    if (files is None and len(failing) == len(baseline)) or not run.cases:
-        return "breaks_everything", [], [], []
-    files = sorted({t.split("::", 1)[0] for t in failing})
-    still = sorted(t for t in baseline if t.split("::", 1)[0] in files and run.outcome(t) == "passed")
-    if not still:
-        return "no_pass_to_pass", [], [], []
-    return "kept", failing, still, files
-
-
-@dataclass
-class Baseline:
-    """The pristine suite: how it runs, what passes both times, what is flaky, who calls what."""
-
-    run: SuiteRun
-    env: dict[str, str]
-    lenient: bool
-    passing: set[str]
-    flaky: list[str]
-    trace: dict[str, list[str]]
-
-
-def layout_env(repo: Path) -> dict[str, str]:
-    """``PYTHONPATH=src`` for a ``src/`` layout (its package is not importable from the root otherwise)."""
-    src = repo / "src"
-    if src.is_dir() and any((d / "__init__.py").is_file() for d in src.iterdir() if d.is_dir()):
-        return {"PYTHONPATH": "src"}
-    return {}
-
-
-async def _baseline(pristine: Path, spec: SandboxSpec, timeout_s: float) -> Baseline:
-    """The pristine suite run the way that passes most (without third-party pytest plugins first; with
-    the project's pytest settings emptied when nothing passes with them), then once more,
-    traced: a test whose outcome differs between the two runs is flaky."""
-    layout = layout_env(pristine)
-    runs: list[tuple[SuiteRun, dict[str, str], bool]] = []
-    for clear in (False, True):
-        for env in (NO_PLUGINS, {}):
-            async with SuiteRunner(pristine, spec, {**env, **layout}, timeout_s, clear) as suite:
-                run = await suite.run()
-            runs.append((run, {**env, **layout}, clear))
-            if run.passed and all(c.outcome in ("passed", "skipped") for c in run.cases.values()):
-                break
-        if max(len(r[0].passed) for r in runs) > 0:
-            break
-    first, env, clear = max(runs, key=lambda r: len(r[0].passed))
-    if not first.passed and any(r[0].timed_out for r in runs):
-        raise TaskError(
-            f"the pristine test suite did not finish within {timeout_s:.0f} s; raise the limit with "
-            f"--timeout (for example --timeout {4 * timeout_s:.0f}). Output so far:\n{first.output[-1200:]}"
-        )
-    async with SuiteRunner(pristine, spec, env, timeout_s, clear) as suite:
-        second = await suite.run(trace=True)
-    if first.cases and not second.cases:  # the traced run (slower) broke off: flakiness without the trace
-        log.warning(
-            "the traced run of the pristine suite (it records which files each test file calls into) %s; "
-            "each mutant runs every test file instead. Its output ended:\n%s",
-            _why_no_report(second, 3 * timeout_s), second.output[-600:],
-        )  # fmt: skip
-        async with SuiteRunner(pristine, spec, env, timeout_s, clear) as suite:
-            second = await suite.run()
-        if not second.cases:
-            raise TaskError(
-                f"the pristine test suite passed {len(first.passed)} tests once, and then {_why_no_report(second, timeout_s)}; "
-                f"a suite must run to its end twice (flaky tests are found that way). Output:\n{second.output[-1200:]}"
-            )
-    flaky = sorted(t for t in first.cases.keys() | second.cases.keys() if first.outcome(t) != second.outcome(t))
-    # a doctest's "file" is the library module the agent must edit: never FAIL_TO_PASS / PASS_TO_PASS
-    tests = set(test_files(pristine))
-    passing = {t for t in (first.passed & second.passed) - set(flaky) if t.split("::", 1)[0] in tests}
-    return Baseline(first, env, clear, passing, flaky, second.trace)
-
-
-def _why_no_report(run: SuiteRun, limit_s: float) -> str:
-    """Why a suite run left no test report, in words."""
-    if run.timed_out:
-        return f"did not finish within {limit_s:.0f} s (raise --timeout)"
-    code = run.exit_code
-    if code in (-signal.SIGXCPU, 128 + signal.SIGXCPU):
-        return "was stopped by the sandbox's CPU-time limit (sandbox.cpu_seconds)"
-    if code is not None and (code < 0 or code > 128):
-        return f"was killed by signal {abs(code) % 128} (out of memory? sandbox.memory_mb)"
-    return f"ended without a test report (exit code {code})"
-
-
-def relevant_files(m: Mutation, trace: dict[str, list[str]], every: list[str]) -> list[str] | None:
-    """The test files a mutant runs: those whose tests call into its file; None (all of ``every``)
-    for a module-level edit (read at import, by anyone), or when no test file is known to call it."""
-    if not m.function or not trace:
-        return None
-    files = sorted(f for f, called in trace.items() if m.path in called and f in every)
-    return files or None
 
 
 def progress_callback(progress: Progress, n: int, label: str = "mutants run") -> Callable[[str, _State], None]:
@@ -366,16 +211,16 @@ async def synthesize(
             "an sdist may leave its tests out): tasks are made from "
             "what its own pytest suite catches, so it needs one"
         )
-    pristine = _pristine_copy(repo, out / "repos" / name)
+    pristine = pristine_copy(repo, out / "repos" / name)
     pristine_t0 = time.perf_counter()
-    base = await _baseline(pristine, spec, opts.timeout_s)
+    base = await run_baseline(pristine, spec, opts.timeout_s)
     pristine_s = time.perf_counter() - pristine_t0
     baseline, env, passing = base.run, base.env, base.passing
     native = native_sources(pristine)
     if len(passing) < 2:  # a task needs a test its bug breaks and another it leaves passing
         if native:  # its tests need the C build they did not get
             raise TaskError(needs_c_build(pypi_spec(given) if is_pypi(given) else given, native, len(passing)))
-        raise TaskError(_too_few_passing(given, base))
+        raise TaskError(too_few_passing(given, base))
     every = [f for f in test_files(pristine) if f not in baseline.collection_errors]
     protected = protected_lines(out / "tasks", name, opts.tier)
     mutations: list[Mutation] = []
@@ -396,7 +241,7 @@ async def synthesize(
         called = called_names(pristine, every)
         uncalled = sum(1 for m in mutations if m.function.rsplit(".", 1)[-1] not in called)
         mutations = [m for m in mutations if m.function.rsplit(".", 1)[-1] in called]
-    _remove_tasks(out / "tasks", name, opts.tier)
+    remove_tasks(out / "tasks", name, opts.tier)
     order = interleave(mutations, opts.seed)
     if opts.max_tries is not None:
         order = (m for _, m in zip(range(opts.max_tries), order, strict=False))
@@ -421,9 +266,9 @@ async def synthesize(
                 run = await suite.run({m.path: m.apply(source)}, subset)
                 state.run_s.append(run.seconds)
                 state.tried[m.kind] += 1
-                verdict, f2p, p2p, files = _classify(run, passing, subset)
+                verdict, f2p, p2p, files = classify(run, passing, subset)
                 failures = [run.cases[t] for t in f2p if t in run.cases] if verdict == "kept" else []
-                instruction = _instruction(f2p, failures, pristine) if verdict == "kept" else ""
+                instruction = _issue(f2p, failures, pristine) if verdict == "kept" else ""
                 if verdict == "kept" and opts.bug_in and bug_in(instruction, m.function) != opts.bug_in:
                     verdict = "bug_elsewhere"
                 if verdict != "kept":
@@ -441,10 +286,13 @@ async def synthesize(
         # the last of them ran (the queue hands them out in order, and each one taken runs to its end)
         state.kept.sort(key=lambda k: k.order)
         fresh = state.kept[len(written) : state.want]  # each round's mutants come after the last round's
-        new = [  # numbered on from the last task written (one that failed validation keeps its number)
-            (_write_task(out / "tasks", name, len(written) + i + 1, k, pristine, env, opts, base.lenient), k)
-            for i, k in enumerate(fresh)
-        ]
+        new: list[tuple[str, Kept]] = []
+        for i, k in enumerate(fresh):  # numbered on from the last task written (a failed one keeps its number)
+            task_id = write_task(
+                out / "tasks", name, len(written) + i + 1, k, pristine, env,
+                tier=opts.tier, seed=opts.seed, timeout_s=opts.timeout_s, lenient=base.lenient,
+            )  # fmt: skip
+            new.append((task_id, k))
         written += new
         state.written = len(written)
         if not opts.validate or not new:
@@ -512,47 +360,7 @@ async def synthesize(
     return summary
 
 
-def _too_few_passing(given: str, base: Baseline) -> str:
-    """Why a pristine suite that passes fewer than two tests makes no task, and the likely cause: test
-    files that could not be imported (an sdist may leave out a file its tests import)."""
-    run = base.run
-    dropped = run.collection_errors
-    collected = max(0, len(run.cases) - len(dropped))  # a file pytest could not import is one error case
-    counts = f"{collected} collected, {len(base.passing)} passing both runs, {len(base.flaky)} flaky"
-    head = (
-        f"repository {given!r}: its test suite passes {len(base.passing) or 'no'} test"
-        f"{'s' if len(base.passing) != 1 else ''} ({counts}); a task needs a test its bug breaks and "
-        "another it leaves passing, so at least two"
-    )
-    if not dropped:
-        todo = "make the suite pass first" if not base.passing else "it needs more tests"
-        return f"{head}; {todo}. Output:\n{run.output[-1500:]}"
-    named = "\n".join(f"  {path}: {error}" for path, error in list(dropped.items())[:8])
-    more = f"\n  ... and {len(dropped) - 8} more" if len(dropped) > 8 else ""
-    first, error = next(iter(dropped.items()))
-    if not any(_imports_own_tests(e) for e in dropped.values()):
-        hint = "; install what they import into the Python that runs the suite"
-    elif is_pypi(given):
-        hint = (
-            "; a source distribution may leave out a file its tests import (such as tests/__init__.py): "
-            "synthesise from a checkout of the project's repository instead"
-        )
-    else:
-        hint = "; they import from the project's own tests package, which lacks what they import here"
-    files = f"{len(dropped)} test file{'s' if len(dropped) != 1 else ''}"
-    return (  # the first line stands alone (bench synth's table quotes it)
-        f"{head}. {files} could not be imported (e.g. {first}: {error}){hint}."
-        f"\nAll of them:\n{named}{more}\nOutput:\n{run.output[-1500:]}"
-    )
-
-
-def _imports_own_tests(error: str) -> bool:
-    """Whether a collection error is an import from the project's own tests package (``from tests
-    import x``, ``tests.helpers``): a file its sdist may leave out, not a dependency to install."""
-    return re.search(r"(?:from|module named) '?tests(?:[.']|\b)", error) is not None
-
-
-def _instruction(fail_to_pass: list[str], failures: list[JUnitCase], pristine: Path) -> str:
+def _issue(fail_to_pass: list[str], failures: list[JUnitCase], pristine: Path) -> str:
     """The issue text of a kept mutant (:func:`coderl.tasks.synth.issue.issue_text`)."""
     others = max(0, len(fail_to_pass) - len(failures))
     return issue_text(failures, pristine, others) if failures else "Some tests fail.\n"
@@ -578,93 +386,6 @@ def called_names(repo: Path, files: list[str]) -> set[str]:
 
 
 _CALLED = re.compile(r"\b([A-Za-z_]\w*)\(")
-
-
-def _pristine_copy(repo: Path, dest: Path) -> Path:
-    """``repo`` copied to the suite's ``repos/<name>`` (reused when already there with the same files)."""
-    if dest.exists():
-        if dest.resolve() == repo or _digest(dest) == _digest(repo):
-            return dest
-        raise TaskError(f"{dest} already holds a different repository; pick another OUT_DIR or remove it")
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copytree(repo, dest, ignore=_IGNORE)
-    return dest
-
-
-def _digest(folder: Path) -> str:
-    """A content hash of the files a pristine copy keeps (no VCS data or caches)."""
-    h = hashlib.sha256()
-    skip = {".git", "__pycache__", ".pytest_cache", ".mypy_cache"}
-    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
-        rel = path.relative_to(folder)
-        if skip & set(rel.parts) or path.suffix == ".pyc" or any(x.startswith(".coderl-") for x in rel.parts):
-            continue
-        h.update(str(rel).encode() + b"\0" + path.read_bytes())
-    return h.hexdigest()
-
-
-def _remove_tasks(tasks_dir: Path, repo_name: str, tier: str) -> None:
-    """Earlier synthesised tasks of this repository and tier (a new run replaces them)."""
-    for meta_path in sorted(tasks_dir.glob(f"{repo_name}-s*/task.yaml")) if tasks_dir.is_dir() else []:
-        meta = load_yaml(meta_path.read_text()) or {}
-        if meta.get("repo") == repo_name and meta.get("tier") == tier:
-            shutil.rmtree(meta_path.parent)
-
-
-class _BlockDumper(yaml.SafeDumper):
-    """Multi-line strings (the issue text) as YAML literal blocks, readable in the task folder."""
-
-
-_BlockDumper.add_representer(
-    str,
-    lambda dumper, text: dumper.represent_scalar(
-        "tag:yaml.org,2002:str", text, style="|" if "\n" in text else None
-    ),
-)
-
-
-def _write_task(
-    tasks_dir: Path,
-    name: str,
-    number: int,
-    kept: Kept,
-    pristine: Path,
-    env: dict[str, str],
-    opts: SynthOptions,
-    lenient: bool = False,
-) -> str:
-    m = kept.mutation
-    task_id = f"{name}-s{number:03d}"
-    folder = tasks_dir / task_id
-    folder.mkdir(parents=True, exist_ok=True)
-    source = (pristine / m.path).read_text()
-    (folder / "gold.patch").write_text(gold_patch(m.path, m.apply(source), source))
-    instruction = kept.instruction
-    meta = {
-        "id": task_id,
-        "tier": opts.tier,
-        "repo": name,
-        "instruction": instruction,
-        "fail_to_pass": kept.fail_to_pass,
-        "pass_to_pass": kept.pass_to_pass,
-        "withheld": kept.withheld,
-        "env": env,
-        **({"test_command": LENIENT_COMMAND.format(files=" ".join(kept.withheld))} if lenient else {}),
-        # a suite that needed a longer --timeout gets it at grading too (tasks default to 120 s)
-        **({"timeout_s": opts.timeout_s} if opts.timeout_s > 120 else {}),
-        "metadata": {
-            "synth": {
-                "kind": m.kind,
-                "path": m.path,
-                "line": m.line,
-                "function": m.function,
-                "bug_in": bug_in(instruction, m.function),
-                "seed": opts.seed,
-            }
-        },
-    }
-    (folder / "task.yaml").write_text(yaml.dump(meta, Dumper=_BlockDumper, sort_keys=False, width=110))
-    return task_id
 
 
 async def _validate(
