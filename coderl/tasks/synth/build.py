@@ -185,19 +185,7 @@ async def synthesize(
 ) -> dict[str, Any]:
     """Synthesise up to ``opts.n`` tasks from ``repo`` (a folder, or ``pypi:NAME[==VERSION]``) into
     the suite folder ``out`` (module doc)."""
-    if opts.bug_in not in (None, *BUG_IN):
-        raise TaskError(f"tasks synth: bug_in={opts.bug_in!r}; use one of {', '.join(BUG_IN)} (or none)")
-    if opts.max_lines is not None and opts.max_lines < 1:
-        raise TaskError(f"tasks synth: max_lines={opts.max_lines}; give a number of lines, 1 or more")
-    if out.exists() and not out.is_dir():
-        raise TaskError(f"tasks synth: OUT_DIR {str(out)!r} is a file; name a folder for the suite")
-    if name is not None and (not name or name in (".", "..") or "/" in name or "\\" in name):
-        raise TaskError(f"tasks synth: --name {name!r} must be a plain name (no path separators), e.g. mylib")
-    if not is_pypi(str(repo)) and out.resolve().is_relative_to(Path(repo).resolve()):
-        raise TaskError(
-            f"tasks synth: OUT_DIR {str(out)!r} is inside the repository {str(repo)!r}, which it copies; "
-            "name a folder outside it"
-        )
+    _check_arguments(repo, out, opts, name)
     started = time.perf_counter()
     spec = spec or SandboxSpec()
     given = str(repo)  # as named: the summary does not record this machine's absolute paths
@@ -222,25 +210,8 @@ async def synthesize(
             raise TaskError(needs_c_build(pypi_spec(given) if is_pypi(given) else given, native, len(passing)))
         raise TaskError(too_few_passing(given, base))
     every = [f for f in test_files(pristine) if f not in baseline.collection_errors]
-    protected = protected_lines(out / "tasks", name, opts.tier)
-    mutations: list[Mutation] = []
-    overlaps = 0
-    for rel in library_files(pristine):
-        for m in find_mutations(rel, (pristine / rel).read_text()):
-            if m.line in protected.get(rel, set()):
-                overlaps += 1
-            else:
-                mutations.append(m)
-    long_sites = 0
-    if opts.max_lines is not None:
-        sizes = function_lines(pristine, {m.path for m in mutations})
-        short = [m for m in mutations if 0 < sizes.get((m.path, m.function), 0) <= opts.max_lines]
-        long_sites, mutations = len(mutations) - len(short), short
-    uncalled = 0
-    if opts.bug_in == "callee":  # a bug the issue can show being called: in a function a test calls by name
-        called = called_names(pristine, every)
-        uncalled = sum(1 for m in mutations if m.function.rsplit(".", 1)[-1] not in called)
-        mutations = [m for m in mutations if m.function.rsplit(".", 1)[-1] in called]
+    sites = _sites(pristine, every, protected_lines(out / "tasks", name, opts.tier), opts)
+    mutations = sites.mutations
     remove_tasks(out / "tasks", name, opts.tier)
     order = interleave(mutations, opts.seed)
     if opts.max_tries is not None:
@@ -249,7 +220,7 @@ async def synthesize(
         enumerate(order), opts.n, test_files_dropped=dict(baseline.collection_errors), summary=out / f"synth-{name}.json",
         native_sources=native,
     )
-    state.dropped["overlaps_existing_task"] = overlaps
+    state.dropped["overlaps_existing_task"] = sites.overlaps
     if on_progress is not None:
         on_progress("baseline", state)
 
@@ -323,12 +294,12 @@ async def synthesize(
         "seed": opts.seed,
         "tier": opts.tier,
         "requested": opts.n,
-        "mutation_sites": len(mutations) + overlaps + uncalled + long_sites,
+        "mutation_sites": len(mutations) + sites.overlaps + sites.uncalled + sites.long,
         "eligible_sites": len(mutations),  # what is left after the overlaps, --bug-in and --max-lines
         "bug_in": opts.bug_in,
-        "sites_not_called_by_tests": uncalled,
+        "sites_not_called_by_tests": sites.uncalled,
         "max_lines": opts.max_lines,
-        "sites_in_long_functions": long_sites,
+        "sites_in_long_functions": sites.long,
         "tried": sum(state.tried.values()),
         "kept": len(written) - len(failures),
         "replacements": min(len(failures), max(0, len(written) - opts.n)),  # tasks written for ones that failed validation
@@ -358,6 +329,61 @@ async def synthesize(
     assert state.summary is not None
     state.summary.write_text(json.dumps(summary, indent=2) + "\n")
     return summary
+
+
+def _check_arguments(repo: Path | str, out: Path, opts: SynthOptions, name: str | None) -> None:
+    """Refuse, before any work, options and folders a synthesis cannot use."""
+    if opts.bug_in not in (None, *BUG_IN):
+        raise TaskError(f"tasks synth: bug_in={opts.bug_in!r}; use one of {', '.join(BUG_IN)} (or none)")
+    if opts.max_lines is not None and opts.max_lines < 1:
+        raise TaskError(f"tasks synth: max_lines={opts.max_lines}; give a number of lines, 1 or more")
+    if out.exists() and not out.is_dir():
+        raise TaskError(f"tasks synth: OUT_DIR {str(out)!r} is a file; name a folder for the suite")
+    if name is not None and (not name or name in (".", "..") or "/" in name or "\\" in name):
+        raise TaskError(f"tasks synth: --name {name!r} must be a plain name (no path separators), e.g. mylib")
+    if not is_pypi(str(repo)) and out.resolve().is_relative_to(Path(repo).resolve()):
+        raise TaskError(
+            f"tasks synth: OUT_DIR {str(out)!r} is inside the repository {str(repo)!r}, which it copies; "
+            "name a folder outside it"
+        )
+
+
+@dataclass
+class _Sites:
+    """The mutations a synthesis may run, and how many sites each filter left out."""
+
+    mutations: list[Mutation]
+    overlaps: int
+    """Sites on a line another tier's task fixes."""
+    long: int
+    """Sites in functions longer than ``max_lines``."""
+    uncalled: int
+    """Sites in functions no test calls by name (``bug_in=callee``)."""
+
+
+def _sites(pristine: Path, every: list[str], protected: dict[str, set[int]], opts: SynthOptions) -> _Sites:
+    """Every mutation of the library files, less those on ``protected`` lines, in functions over
+    ``opts.max_lines`` lines, and (``bug_in=callee``) in functions none of the test files ``every``
+    calls by name."""
+    mutations: list[Mutation] = []
+    overlaps = 0
+    for rel in library_files(pristine):
+        for m in find_mutations(rel, (pristine / rel).read_text()):
+            if m.line in protected.get(rel, set()):
+                overlaps += 1
+            else:
+                mutations.append(m)
+    long_sites = 0
+    if opts.max_lines is not None:
+        sizes = function_lines(pristine, {m.path for m in mutations})
+        short = [m for m in mutations if 0 < sizes.get((m.path, m.function), 0) <= opts.max_lines]
+        long_sites, mutations = len(mutations) - len(short), short
+    uncalled = 0
+    if opts.bug_in == "callee":  # a bug the issue can show being called: in a function a test calls by name
+        called = called_names(pristine, every)
+        uncalled = sum(1 for m in mutations if m.function.rsplit(".", 1)[-1] not in called)
+        mutations = [m for m in mutations if m.function.rsplit(".", 1)[-1] in called]
+    return _Sites(mutations, overlaps, long_sites, uncalled)
 
 
 def _issue(fail_to_pass: list[str], failures: list[JUnitCase], pristine: Path) -> str:
