@@ -251,6 +251,11 @@ def test_sft_lowers_the_nll_and_coderl_sft_writes_a_model_folder(
         for a, b in zip(warm.state_dict().values(), fresh.model.state_dict().values(), strict=True)
     ]
     assert any(moved)
+    # full weights, as coderl train's warm start trains (the packaged actor.lora_rank is the RL phase's):
+    # adapters would leave every norm weight where it was
+    start = dict(load_model(tiny_model, torch.float32, "cpu").named_parameters())
+    norms = {n: p for n, p in warm.named_parameters() if "norm" in n}
+    assert norms and all(not torch.equal(p, start[n]) for n, p in norms.items())
 
 
 def test_the_warm_start_has_its_own_checkpointing_and_micro_batches() -> None:
@@ -266,6 +271,7 @@ def test_the_warm_start_has_its_own_checkpointing_and_micro_batches() -> None:
     warm, rl = build_policy(cfg, False, None, warm_start=True), build_policy(cfg, True, None)
     assert isinstance(warm, Actor) and isinstance(rl, Actor)  # built, not loaded: no weights read here
     assert (warm.cfg.gradient_checkpointing, warm.cfg.micro_batch_tokens, warm.cfg.lora_rank) == (True, 1024, 0)
+    assert cfg.sft.actor_config(cfg.actor).lora_rank == 0  # coderl sft's actor: the same full weights
     assert (rl.cfg.gradient_checkpointing, rl.cfg.micro_batch_tokens, rl.cfg.lora_rank) == (False, 2048, 16)
     unset = load_config(defaults=default_train_config(), overrides=["sft.gradient_checkpointing=null"])
     same = build_policy(unset, False, None, warm_start=True)

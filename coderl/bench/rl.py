@@ -120,12 +120,7 @@ def warm_checkpoint(cfg: Config, root: Path, console: Console) -> tuple[Path, fl
         return folder / "model", float(json.loads(marker.read_text())["minutes"])
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
-    seeded = cfg.model_copy(  # full weights, as coderl train's warm start trains them under a LoRA RL phase
-        update={
-            "run": cfg.run.model_copy(update={"seed": 0, "dir": folder / "run"}),
-            "actor": cfg.actor.model_copy(update={"lora_rank": 0}),
-        }
-    )
+    seeded = cfg.model_copy(update={"run": cfg.run.model_copy(update={"seed": 0, "dir": folder / "run"})})
     (folder / "config.yaml").write_text(dump_config(seeded))
     console.print(f"[bold]warm start[/]: coderl sft -> {folder / 'model'}")
     began = time.monotonic()

@@ -342,6 +342,8 @@ class SFTConfig(Section):
     condition as sft.gradient_checkpointing)."""
 
     def actor_config(self, actor: ActorConfig) -> ActorConfig:
-        """``actor`` with the warm start's own checkpointing and micro-batch size where these are set."""
+        """The warm start's actor: ``actor`` with full weights (``actor.lora_rank`` is the RL phase's:
+        `coderl sft` and `coderl train`'s warm start train the same weights) and the warm start's own
+        checkpointing and micro-batch size where these are set."""
         own = {k: getattr(self, k) for k in SFT_ACTOR_KEYS}
-        return actor.model_copy(update={k: v for k, v in own.items() if v is not None})
+        return actor.model_copy(update={"lora_rank": 0, **{k: v for k, v in own.items() if v is not None}})
