@@ -295,7 +295,7 @@ async def test_a_wrong_tool_name_stops_the_reply_there_when_that_error_ends_the_
 async def test_symbol_tools_show_and_replace_whole_functions(task: Task, tokenizer: Any) -> None:
     fixed = "def add(a, b):\n    # fixed\n    return a + b"
     engine = ScriptedChatEngine(tokenizer, [
-        xml_call("show_function", name="add"),
+        xml_call("show_function", name="calc.add"),  # as an issue's traceback calls it: after its module
         xml_call("show_function", name="nope"),
         xml_call("replace_function", path="calc.py", name="add", text="def add(a, b):\n    return (a +"),
         xml_call("replace_function", path="calc.py", name="div", text="x"),

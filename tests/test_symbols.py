@@ -39,6 +39,12 @@ def test_functions_are_found_by_qualified_or_bare_name() -> None:
     assert [f.qualname for f in symbols.named(SOURCE, "get")] == ["get"]  # the exact name wins
     assert [f.qualname for f in symbols.named(SOURCE, "inner")] == ["Box.put.inner"]
     assert symbols.named(SOURCE, "missing") == []
+    # after a module path, as tests and issue texts call a library's functions (humanize.natural_list)
+    assert [f.qualname for f in symbols.named(SOURCE, "mylib.get")] == ["get"]
+    assert [f.qualname for f in symbols.named(SOURCE, "mylib.boxes.Box.get")] == ["Box.get"]
+    assert [f.qualname for f in symbols.named(SOURCE, "mylib.inner")] == ["Box.put.inner"]
+    assert symbols.named(SOURCE, "Crate.get") == []  # a class's name is not a module path: no other get
+    assert symbols.named(SOURCE, "mylib.Crate.get") == []
     box_get = symbols.named(SOURCE, "Box.get")[0]
     assert box_get.text(SOURCE) == '    @functools.cache\n    def get(self, key):\n        """Docs."""\n        return key\n'
     with pytest.raises(SyntaxError):

@@ -49,11 +49,22 @@ def functions(source: str) -> list[FunctionSource]:
 
 
 def named(source: str, name: str) -> list[FunctionSource]:
-    """The functions of ``source`` that ``name`` names: its qualified name (``Parser.parse``), or its
-    bare name (``parse``) when no qualified name matches."""
+    """The functions of ``source`` that ``name`` names: its qualified name (``Parser.parse``), that
+    name after a module path (``pkg.parsers.Parser.parse``, ``humanize.natural_list``: how tests and
+    issue texts call a library's functions), or its bare name (``parse``, also after a module path)
+    when no qualified name matches. A module path is the name's leading lowercase parts (a class's
+    name is capitalised), so ``Parser.parse`` never names a ``parse`` outside ``Parser``."""
     every = functions(source)
-    exact = [f for f in every if f.qualname == name]
-    return exact or [f for f in every if f.qualname.rsplit(".", 1)[-1] == name]
+    parts = name.split(".")
+    for i in range(len(parts)):  # the whole name, then without its leading parts, longest first
+        if i and not parts[i - 1].islower():
+            break  # a class's name (Parser.parse) is not a module path to look past
+        exact = [f for f in every if f.qualname == ".".join(parts[i:])]
+        if exact:
+            return exact
+    if not all(p.islower() for p in parts[:-1]):
+        return []
+    return [f for f in every if f.qualname.rsplit(".", 1)[-1] == parts[-1]]
 
 
 def replace_function(source: str, function: FunctionSource, text: str) -> str:
