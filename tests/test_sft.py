@@ -306,3 +306,17 @@ async def test_demonstrations_play_in_a_window_and_keep_the_first_that_resolve_i
     assert counts_one["not_needed"] == 7 - 4 - counts_one["did_not_resolve"] - sum(
         counts_one[k] for k in (NOT_ONE_LINE, NOT_IN_ISSUE, OVER_MAX_TOKENS)
     )
+
+
+async def test_several_sources_give_sft_max_demos_in_all_a_seeded_sample_of_what_they_made(tokenizer: Any) -> None:
+    ids = [t.id for t in load_tasks("bundled:synth?bug_in=callee")[:8]]
+    sources = [f"gold:bundled:{','.join(ids[:4])}", f"gold:bundled:{','.join(ids[4:])}"]
+    cfg = load_config(defaults=default_train_config(), overrides=["sft.max_demos=2"])
+    chat = ChatFormat(tokenizer, cfg.model.tool_format)
+    demos, made = await build_demos(cfg, chat, [], sources)
+    assert [made[s]["kept"] for s in sources] == [2, 2]  # each source plays until it has made sft.max_demos
+    assert len(demos) == 2 == sum(made[s]["used"] for s in sources)  # ... and the warm start uses that many
+    again, _ = await build_demos(cfg, chat, [], sources)
+    assert [d.task_id for d in again] == [d.task_id for d in demos]  # seeded
+    one, counts = await build_demos(cfg, chat, [], sources[:1])
+    assert len(one) == 2 and counts[sources[0]]["used"] == 2

@@ -54,10 +54,13 @@ async def build_demos(
     """The demonstrations ``sft.data`` names, and what was made or skipped of each source. Held-out
     tasks, and tasks that fix a function a held-out task fixes (:mod:`coderl.tasks.overlap`), are never
     demonstrated: they are skipped and counted (``held_out_skipped``), so a source may name a whole
-    suite whose held-out split the run measures on."""
+    suite whose held-out split the run measures on. With ``sft.max_demos`` each gold source plays
+    tasks until it has made that many, and when the sources made more in all, a seeded sample of
+    ``sft.max_demos`` of them is what the warm start uses (each source's ``used``)."""
     check_gold_kinds(cfg.sft.gold_kinds)
     held_ids = {t.id for t in held_out}
     demos: list[Trajectory] = []
+    origin: list[str] = []  # each demonstration's source
     report: dict[str, Any] = {}
     for source in data if data is not None else cfg.sft.data:
         kind, _, rest = source.partition(":")
@@ -85,6 +88,13 @@ async def build_demos(
         else:
             raise ConfigError(f"sft.data: got {source!r}; each source is gold:TASK_SOURCE or runs:RUN_DIR")
         demos += made
+        origin += [source] * len(made)
+    cap = cfg.sft.max_demos
+    if cap is not None and len(demos) > cap:  # several sources made more: the seeded sample used
+        picked = sorted(random.Random(cfg.run.seed).sample(range(len(demos)), cap))
+        demos, origin = [demos[i] for i in picked], [origin[i] for i in picked]
+    for source, counts in report.items():
+        counts["used"] = origin.count(source)
     leaked = sorted({d.task_id for d in demos} & held_ids)
     if leaked:  # cannot happen by construction; the guard keeps it so
         raise ConfigError(f"sft.data: demonstrations of held-out tasks {leaked[:5]}")
