@@ -299,6 +299,7 @@ async def test_symbol_tools_show_and_replace_whole_functions(task: Task, tokeniz
         xml_call("show_function", name="nope"),
         xml_call("replace_function", path="calc.py", name="add", text="def add(a, b):\n    return (a +"),
         xml_call("replace_function", path="calc.py", name="div", text="x"),
+        xml_call("replace_function", path="calc/py", name="add", text="x"),
         xml_call("replace_function", path="calc.py", name="add", text=fixed),
         xml_call("view", path="calc.py", start="1", end="z"),
         xml_call("submit"),
@@ -313,6 +314,7 @@ async def test_symbol_tools_show_and_replace_whole_functions(task: Task, tokeniz
     assert "No function named 'nope'" in text
     assert "would not parse" in text and "the file is unchanged" in text
     assert "0 functions named 'div' in calc.py." in text
+    assert "Error: no file 'calc/py'; a function 'add' is defined in calc.py." in text  # where it is
     assert "Replaced add in calc.py." in text
     assert "view needs end as a whole number, got 'z'" in text
     assert "+    # fixed" in traj.patch and "+    return a + b" in traj.patch

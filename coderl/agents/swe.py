@@ -179,10 +179,8 @@ class SWELoop(ToolLoop):
         bare = name.strip().rsplit(".", 1)[-1]
         if not re.fullmatch(r"[A-Za-z_]\w*", bare):
             return f"Error: {name!r} is not a function name (a name such as parse, or Class.parse)."
-        argv = ["grep", "-rlE", "--include=*.py", "--exclude-dir=.git", "--", "def " + bare + r"\b", "."]
         shown: list[str] = []
-        for path in sorted(await self._lines(argv, None))[:20]:
-            path = path.removeprefix("./")
+        for path in (await self._files_defining(bare))[:20]:
             text = await self._read(path)
             try:
                 found = symbols.named(text, name.strip()) if text is not None else []
@@ -194,10 +192,18 @@ class SWELoop(ToolLoop):
         more = f"\n[{len(shown) - 3} more not shown]" if len(shown) > 3 else ""
         return "\n".join(shown[:3]).rstrip("\n") + more
 
+    async def _files_defining(self, bare: str) -> list[str]:
+        """The .py files (repository-relative, sorted) with a ``def`` of the bare name ``bare``."""
+        argv = ["grep", "-rlE", "--include=*.py", "--exclude-dir=.git", "--", "def " + bare + r"\b", "."]
+        return sorted(path.removeprefix("./") for path in await self._lines(argv, None))
+
     async def replace_function(self, path: str, name: str, text: str) -> str:
         current = await self._read(path)
         if current is None:
-            return f"Error: no file {path!r}."
+            bare = name.strip().rsplit(".", 1)[-1]
+            where = await self._files_defining(bare) if re.fullmatch(r"[A-Za-z_]\w*", bare) else []
+            hint = f"; a function {bare!r} is defined in {', '.join(where[:3])}" if where else ""
+            return f"Error: no file {path!r}{hint}."
         try:
             found = symbols.named(current, name.strip())
         except (SyntaxError, ValueError) as exc:
