@@ -201,8 +201,8 @@ class SWELoop(ToolLoop):
         current = await self._read(path)
         if current is None:
             bare = name.strip().rsplit(".", 1)[-1]
-            where = await self._files_defining(bare) if re.fullmatch(r"[A-Za-z_]\w*", bare) else []
-            hint = f"; a function {bare!r} is defined in {', '.join(where[:3])}" if where else ""
+            defining = await self._files_defining(bare) if re.fullmatch(r"[A-Za-z_]\w*", bare) else []
+            hint = f"; a function {bare!r} is defined in {', '.join(defining[:3])}" if defining else ""
             return f"Error: no file {path!r}{hint}."
         try:
             found = symbols.named(current, name.strip())
