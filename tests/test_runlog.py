@@ -32,7 +32,7 @@ def test_the_log_holds_the_consoles_lines_and_coderls_info_records_plainly(tmp_p
     with run_log(tmp_path, "train", console) as path:
         console.print("[bold]step 1:[/] reward 0.5")
         console.print(table)
-        logging.getLogger("coderl.engine.embedded").info("weights updated, policy v%d", 1)
+        logging.getLogger("coderl.engine.scheduler").info("weights updated, policy v%d", 1)
         logging.getLogger("somelib").info("chatter nobody asked for")
         logging.getLogger("somelib").warning("a library's warning")
     assert path == tmp_path / "train.log"
@@ -42,7 +42,7 @@ def test_the_log_holds_the_consoles_lines_and_coderls_info_records_plainly(tmp_p
     assert text.startswith(f"== coderl train started in {tmp_path}") and text.endswith("== coderl train done")
     assert "step 1: reward 0.5" in text and "[bold]" not in text and "\x1b" not in text  # markup rendered, no colour
     assert re.search(r"start\s+│\s+0\.000", text)  # the table, whole
-    assert "INFO coderl.engine.embedded: weights updated, policy v1" in text
+    assert "INFO coderl.engine.scheduler: weights updated, policy v1" in text
     assert "WARNING somelib: a library's warning" in text and "chatter" not in text
     assert "step 1: reward 0.5" in shown.getvalue() and "policy v1" not in shown.getvalue()  # the console as before
 

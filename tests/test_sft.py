@@ -320,3 +320,5 @@ async def test_several_sources_give_sft_max_demos_in_all_a_seeded_sample_of_what
     assert [d.task_id for d in again] == [d.task_id for d in demos]  # seeded
     one, counts = await build_demos(cfg, chat, [], sources[:1])
     assert len(one) == 2 and counts[sources[0]]["used"] == 2
+    with pytest.raises(ConfigError, match=r"is listed twice; name each source once"):
+        load_config(defaults=default_train_config(), overrides=["sft.data=[gold:bundled:synth,gold:bundled:synth]"])

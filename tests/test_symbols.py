@@ -45,6 +45,10 @@ def test_functions_are_found_by_qualified_or_bare_name() -> None:
     assert [f.qualname for f in symbols.named(SOURCE, "mylib.inner")] == ["Box.put.inner"]
     assert symbols.named(SOURCE, "Crate.get") == []  # a class's name is not a module path: no other get
     assert symbols.named(SOURCE, "mylib.Crate.get") == []
+    assert [f.qualname for f in symbols.named(SOURCE, "PIL.top")] == ["top"]  # an upper-case module
+    assert symbols.named(SOURCE, "put.inner") == []  # put is a function here, not a module: no other inner
+    assert symbols.named(SOURCE, "top.get") == []
+    assert symbols.named(SOURCE, "mylib..get") == [] and symbols.named(SOURCE, ".get") == []
     box_get = symbols.named(SOURCE, "Box.get")[0]
     assert box_get.text(SOURCE) == '    @functools.cache\n    def get(self, key):\n        """Docs."""\n        return key\n'
     with pytest.raises(SyntaxError):

@@ -178,7 +178,7 @@ class SWELoop(ToolLoop):
     async def show_function(self, name: str) -> str:
         bare = name.strip().rsplit(".", 1)[-1]
         if not re.fullmatch(r"[A-Za-z_]\w*", bare):
-            return f"Error: {name!r} is not a function name (a name such as parse, or Class.parse)."
+            return f"Error: {name!r} is not a function name (a name such as parse, Class.parse or module.parse)."
         shown: list[str] = []
         for path in (await self._files_defining(bare))[:20]:
             text = await self._read(path)

@@ -52,17 +52,25 @@ def named(source: str, name: str) -> list[FunctionSource]:
     """The functions of ``source`` that ``name`` names: its qualified name (``Parser.parse``), that
     name after a module path (``pkg.parsers.Parser.parse``, ``humanize.natural_list``: how tests and
     issue texts call a library's functions), or its bare name (``parse``, also after a module path)
-    when no qualified name matches. A module path is the name's leading lowercase parts (a class's
-    name is capitalised), so ``Parser.parse`` never names a ``parse`` outside ``Parser``."""
+    when no qualified name matches. A part is taken for a module's only where it cannot be anything
+    else: not a class or function of ``source`` (``put.inner`` is ``Box.put.inner`` or nothing) and not
+    a class's CapWords name (``Parser.parse`` never names a ``parse`` outside ``Parser``)."""
     every = functions(source)
     parts = name.split(".")
-    for i in range(len(parts)):  # the whole name, then without its leading parts, longest first
-        if i and not parts[i - 1].islower():
-            break  # a class's name (Parser.parse) is not a module path to look past
+    if not all(parts):
+        return []
+    defined = {part for f in every for part in f.qualname.split(".")}
+
+    def module(part: str) -> bool:
+        return part not in defined and not (part[0].isupper() and part != part.upper())
+
+    for i in range(len(parts)):  # the whole name, then without its leading module parts, longest first
+        if i and not module(parts[i - 1]):
+            break
         exact = [f for f in every if f.qualname == ".".join(parts[i:])]
         if exact:
             return exact
-    if not all(p.islower() for p in parts[:-1]):
+    if not all(module(p) for p in parts[:-1]):
         return []
     return [f for f in every if f.qualname.rsplit(".", 1)[-1] == parts[-1]]
 

@@ -105,6 +105,7 @@ def resolve(
     except RuntimeError:  # the caller's loop is closed; nobody is waiting any more
         pass
 
+
 def stop_reason(req: Request, tok: int) -> tuple[str, int | None, str | None, bool] | None:
     """Whether the token just appended to ``req.output`` ends the request: (finish reason, stop token,
     stop string, departed: the turn left the expected tool name), or None to go on."""

@@ -54,7 +54,6 @@ def prefill_piece(computed: int, pending: int, chunk: int) -> int:
     return min(pending, chunk - computed % chunk)
 
 
-
 class Scheduler:
     """The engine thread's state and loop (see module docstring). Callers hand it work with
     :meth:`post`; everything else here runs on the engine thread, except :meth:`fail_all`."""

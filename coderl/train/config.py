@@ -310,6 +310,9 @@ class SFTConfig(Section):
                     f"sft.data: got {source!r}; each source is gold:TASK_SOURCE (e.g. gold:bundled:synth) or "
                     "runs:RUN_DIR (a run directory, or a folder of them)"
                 )
+        twice = sorted({s for s in sources if sources.count(s) > 1})
+        if twice:
+            raise ValueError(f"sft.data: {twice[0]!r} is listed twice; name each source once")
         return sources
 
     epochs: int = Field(1, ge=1)
