@@ -176,11 +176,10 @@ class SWELoop(ToolLoop):
         return "\n".join(found) or f"No files match {pattern!r}."
 
     async def show_function(self, name: str) -> str:
-        bare = name.strip().rsplit(".", 1)[-1]
-        if not re.fullmatch(r"[A-Za-z_]\w*", bare):
+        if _bare_name(name) is None:
             return f"Error: {name!r} is not a function name (a name such as parse, Class.parse or module.parse)."
         shown: list[str] = []
-        for path in (await self._files_defining(bare))[:20]:
+        for path in (await self._files_defining(name))[:20]:
             text = await self._read(path)
             try:
                 found = symbols.named(text, name.strip()) if text is not None else []
@@ -192,17 +191,20 @@ class SWELoop(ToolLoop):
         more = f"\n[{len(shown) - 3} more not shown]" if len(shown) > 3 else ""
         return "\n".join(shown[:3]).rstrip("\n") + more
 
-    async def _files_defining(self, bare: str) -> list[str]:
-        """The .py files (repository-relative, sorted) with a ``def`` of the bare name ``bare``."""
+    async def _files_defining(self, name: str) -> list[str]:
+        """The .py files (repository-relative, sorted) with a ``def`` of ``name``'s last part (none for
+        a name that is not one)."""
+        bare = _bare_name(name)
+        if bare is None:
+            return []
         argv = ["grep", "-rlE", "--include=*.py", "--exclude-dir=.git", "--", "def " + bare + r"\b", "."]
         return sorted(path.removeprefix("./") for path in await self._lines(argv, None))
 
     async def replace_function(self, path: str, name: str, text: str) -> str:
         current = await self._read(path)
         if current is None:
-            bare = name.strip().rsplit(".", 1)[-1]
-            defining = await self._files_defining(bare) if re.fullmatch(r"[A-Za-z_]\w*", bare) else []
-            hint = f"; a function {bare!r} is defined in {', '.join(defining[:3])}" if defining else ""
+            defining = await self._files_defining(name)
+            hint = f"; a function {_bare_name(name)!r} is defined in {', '.join(defining[:3])}" if defining else ""
             return f"Error: no file {path!r}{hint}."
         try:
             found = symbols.named(current, name.strip())
@@ -231,3 +233,10 @@ class SWELoop(ToolLoop):
         list, not through ``bash -c ... | head``: three fewer processes to start per call."""
         r = await (await self._box()).exec(argv, timeout=30)
         return [line for line in r.stdout.split("\n") if line][:limit]  # newlines only, as head counts
+
+
+def _bare_name(name: str) -> str | None:
+    """The last part of a function's name (``parse`` of ``pkg.Parser.parse``); None where that is no
+    Python identifier."""
+    bare = name.strip().rsplit(".", 1)[-1]
+    return bare if re.fullmatch(r"[A-Za-z_]\w*", bare) else None
