@@ -293,14 +293,20 @@ async def test_a_wrong_tool_name_stops_the_reply_there_when_that_error_ends_the_
 
 
 async def test_symbol_tools_show_and_replace_whole_functions(task: Task, tokenizer: Any) -> None:
+    calc = Path(task.repo) / "calc.py"
+    calc.write_text(calc.read_text().replace("    return a * b", '    """The product.\n\n    >>> mul(2, 3)\n    6\n    """\n    return a * b'))
+    (Path(task.repo) / "other.py").write_text("def add(x, y):\n    return [x, y]\n")
     fixed = "def add(a, b):\n    # fixed\n    return a + b"
     engine = ScriptedChatEngine(tokenizer, [
         xml_call("show_function", name="calc.add"),  # as an issue's traceback calls it: after its module
         xml_call("show_function", name="nope"),
         xml_call("replace_function", path="calc.py", name="add", text="def add(a, b):\n    return (a +"),
         xml_call("replace_function", path="calc.py", name="div", text="x"),
-        xml_call("replace_function", path="calc/py", name="add", text="x"),
+        xml_call("replace_function", path="calc/py", name="add", text="x"),  # two files define add
+        xml_call("replace_function", path="calc/py", name="div", text="x"),  # none does
         xml_call("replace_function", path="calc.py", name="add", text=fixed),
+        # the one file that defines it; written without its docstring, mul keeps it
+        xml_call("replace_function", path="calc/calc.py", name="mul", text="def mul(a, b):\n    return b * a"),
         xml_call("view", path="calc.py", start="1", end="z"),
         xml_call("submit"),
     ])  # fmt: skip
@@ -311,12 +317,17 @@ async def test_symbol_tools_show_and_replace_whole_functions(task: Task, tokeniz
     # one call its tool cannot run (end="z" is not a whole number); the tools' own refusals are not format errors
     assert traj.exit_status == "submitted" and traj.metrics["format_errors"] == 1, traj.error
     assert "calc.py, lines 1-2:\ndef add(a, b):\n    return a - b\n" in text  # file, lines, raw source
+    assert "other.py, lines 1-2:\ndef add(x, y):" in text
     assert "No function named 'nope'" in text
     assert "would not parse" in text and "the file is unchanged" in text
     assert "0 functions named 'div' in calc.py." in text
-    assert "Error: no file 'calc/py'; a function 'add' is defined in calc.py." in text  # where it is
+    assert "Error: no file 'calc/py'; a function 'add' is defined in calc.py, other.py." in text  # where it is
+    assert "Error: no file 'calc/py'." in text
     assert "Replaced add in calc.py." in text
+    assert "Replaced mul in calc.py (there is no file 'calc/calc.py'; its docstring kept)." in text
     assert "view needs end as a whole number, got 'z'" in text
     assert "+    # fixed" in traj.patch and "+    return a + b" in traj.patch
+    assert "+    return b * a" in traj.patch and '"""The product.' not in traj.patch  # not removed, not added
+    assert "other.py" not in traj.patch
     assert (await grade(task, traj.patch)).resolved
     assert_token_exact(traj, engine)

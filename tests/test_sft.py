@@ -119,6 +119,36 @@ async def test_symbol_tool_demonstrations_rewrite_the_callee_in_xml(tmp_path: Pa
     assert (await grade(task, demos[0].patch)).resolved
 
 
+
+async def test_symbol_demonstrations_leave_out_a_docstring_the_fix_keeps(tmp_path: Path, tokenizer: Any) -> None:
+    """replace_function keeps a docstring the text leaves out: the demonstration copies none back,
+    unless the fix changes it."""
+    symbols = load_config(
+        defaults=default_train_config(),
+        overrides=["rollout.tools=[show_function,replace_function,submit]", "model.tool_format=xml"],
+    )
+    doc = '    """Sum of a and b.\n\n    >>> add(2, 3)\n    5\n    """\n'
+    for fixed_doc, copied in ((doc, False), (doc.replace("Sum", "The sum"), True)):
+        task_dir = make_native(tmp_path / str(copied))
+        calc = task_dir / "repo" / "calc.py"
+        calc.write_text(calc.read_text().replace("def add(a, b):\n", "def add(a, b):\n" + doc))
+        gold = (
+            "--- a/calc.py\n+++ b/calc.py\n@@ -1,7 +1,7 @@\n def add(a, b):\n"
+            + "".join(f"-{line}\n" for line in doc.splitlines()) + "".join(f"+{line}\n" for line in fixed_doc.splitlines())
+            + "-    return a - b\n+    return a + b\n"
+        )  # fmt: skip
+        (task_dir / "gold.patch").write_text(gold)
+        task = load_tasks(f"native:{task_dir}")[0]
+        turns = gold_turns(task, symbols.rollout, "xml")
+        assert turns is not None
+        text = turns[1].split("<parameter=text>\n")[1].split("\n</parameter>")[0]
+        assert text == "def add(a, b):\n" + (fixed_doc if copied else "") + "    return a + b"
+        source = f"gold:native:{task_dir}"
+        demos, made = await build_demos(symbols, ChatFormat(tokenizer, "xml"), held_out=[], data=[source])
+        assert made[source]["kept"] == 1 and (await grade(task, demos[0].patch)).resolved
+        assert ('-    """Sum' in demos[0].patch) == copied  # the docstring kept as it was, or fixed
+
+
 async def test_symbol_edit_demonstrations_replace_only_the_changed_line(tmp_path: Path, tokenizer: Any) -> None:
     task = load_tasks(f"native:{make_native(tmp_path)}")[0]
     edit = load_config(

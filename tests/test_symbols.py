@@ -63,6 +63,41 @@ def test_replacing_a_function_keeps_the_rest_of_the_file() -> None:
     assert symbols.replace_function(SOURCE, last, "def get(y):\n    return y\n").endswith("def get(y):\n    return y\n")
 
 
+METHOD = '''    @functools.cache
+    def get(self, key):
+        """Get a key.
+
+        >>> Box().get(1)
+        1
+        """  # the docs
+        # look it up
+        return key
+'''
+
+
+def test_a_function_written_without_its_docstring_keeps_it() -> None:
+    assert symbols.docstring_span(METHOD) == (2, 7)  # lines of its own, a trailing comment with them
+    bare = symbols.without_docstring(METHOD)
+    assert bare == METHOD.replace(METHOD[METHOD.index("        \"\"\"Get") : METHOD.index("        # look")], "")
+    fixed = "    @functools.cache\n    def get(self, key):\n        # look it up\n        return key + 1"
+    kept = symbols.keep_docstring(METHOD, fixed)  # before the comments above the body: right after the def
+    assert kept == METHOD.replace("return key\n", "return key + 1")
+    assert symbols.keep_docstring(METHOD, bare) == METHOD
+    # re-indented to the new body, a helper before it left alone; a docstring of its own wins
+    assert symbols.keep_docstring(METHOD, "def helper():\n  pass\n\ndef get(self, key):\n  return 2\n") == (
+        'def helper():\n  pass\n\ndef get(self, key):\n  """Get a key.\n\n  >>> Box().get(1)\n  1\n  """  # the docs\n'
+        "  return 2\n"
+    )
+    assert symbols.keep_docstring(METHOD, 'def get(self, key):\n    """New."""\n    return 2\n') is None
+    for nowhere in ("def get(self, key): return 2", "def other(key):\n    return 2", "def get(:", "x = 1"):
+        assert symbols.keep_docstring(METHOD, nowhere) is None, nowhere
+    # nothing to keep: no docstring, or one that shares its line with code
+    for old in ("def get(key):\n    return key\n", 'def get(key):\n    "Doc."; return key\n', 'def get(key): "Doc."\n'):
+        assert symbols.docstring_span(old) is None and symbols.keep_docstring(old, "def get(key):\n    pass") is None
+    only = 'def get(key):\n    """Only docs."""\n'
+    assert symbols.docstring_span(only) == (1, 2) and symbols.without_docstring(only) == only  # it would not parse
+
+
 DIFF = """--- a/m.py
 +++ b/m.py
 @@ -1,3 +1,3 @@

@@ -3,7 +3,9 @@
 Tools: ``bash``; a file editor (``view`` with line numbers and ranges, ``create``, ``str_replace``
 that needs a unique match, ``insert``, ``undo_edit``); ``find_file``; ``search``; symbol tools
 (``show_function``: a function's file, lines and source by name; ``replace_function``: its whole
-source rewritten, refused when the file would no longer parse); ``submit``. The patch is the
+source rewritten, refused when the file would no longer parse; a text written without a docstring
+keeps the function's docstring, and a path that is no file stands for the one file that defines the
+function, where exactly one does); ``submit``. The patch is the
 repository's diff against its starting state (a git baseline made at the start), collected on submit
 or when a limit ends the rollout.
 """
@@ -63,7 +65,8 @@ class SWELoop(ToolLoop):
             Tool("search", "Search the repository for a text.", params(["text"], text="string", path="string"), self.search),
             Tool("show_function", "Show a function's file, lines and source, by name (name or Class.name).",
                  params(name="string"), self.show_function),
-            Tool("replace_function", "Replace a function's whole source in a file with new text.",
+            Tool("replace_function",
+                 "Replace a function's whole source in a file with new text (without a docstring, it keeps its docstring).",
                  params(path="string", name="string", text="string"), self.replace_function),
             Tool("submit", "Submit your changes and finish.", params([]), lambda: "Submitted.", True),
         ]  # fmt: skip
@@ -202,10 +205,16 @@ class SWELoop(ToolLoop):
 
     async def replace_function(self, path: str, name: str, text: str) -> str:
         current = await self._read(path)
-        if current is None:
+        moved = ""
+        if current is None:  # the one file that defines it, where exactly one does; else where it is
             defining = await self._files_defining(name)
-            hint = f"; a function {_bare_name(name)!r} is defined in {', '.join(defining[:3])}" if defining else ""
-            return f"Error: no file {path!r}{hint}."
+            if len(defining) != 1:
+                hint = f"; a function {_bare_name(name)!r} is defined in {', '.join(defining[:3])}" if defining else ""
+                return f"Error: no file {path!r}{hint}."
+            moved, path = f"there is no file {path!r}", defining[0]
+            current = await self._read(path)
+            if current is None:
+                return f"Error: no file {path!r}."
         try:
             found = symbols.named(current, name.strip())
         except (SyntaxError, ValueError) as exc:
@@ -216,13 +225,15 @@ class SWELoop(ToolLoop):
                 f"Error: {len(found)} functions named {name!r} in {path}"
                 + (f" ({where}); name one as Class.name." if found else ".")
             )
-        new = symbols.replace_function(current, found[0], text)
+        kept = symbols.keep_docstring(found[0].text(current), text)
+        new = symbols.replace_function(current, found[0], kept or text)
         try:
             ast.parse(new)
         except SyntaxError as exc:
             return f"Error: with this text {path} would not parse ({exc.msg}, line {exc.lineno}); the file is unchanged."
         await self._write(path, new, current)
-        return f"Replaced {found[0].qualname} in {path}."
+        notes = "; ".join(note for note in (moved, "its docstring kept" if kept else "") if note)
+        return f"Replaced {found[0].qualname} in {path}" + (f" ({notes})." if notes else ".")
 
     async def search(self, text: str, path: str = ".") -> str:
         found = await self._lines(["grep", "-rn", "--exclude-dir=.git", "-F", "--", text, path], 50)

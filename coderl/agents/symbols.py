@@ -3,14 +3,17 @@
 What the ``swe`` loop's symbol tools (``show_function``, ``replace_function``) stand on, in the spirit
 of the symbol-level tools coding agents use (Serena's ``find_symbol`` / ``replace_symbol_body``): a
 function is named as written after ``def`` or qualified by its class (``Parser.parse``), and its
-source is its lines from the first decorator to the last line of its body. Parsing is Python's own
-``ast``; nothing of the file is run.
+source is its lines from the first decorator to the last line of its body. A function's text
+written without its docstring can be given the one it had (:func:`keep_docstring`), so an edit need
+not copy a long docstring back. Parsing is Python's own ``ast``; nothing of the file is run.
 """
 
 from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
+
+FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
 
 
 @dataclass(frozen=True)
@@ -80,3 +83,94 @@ def replace_function(source: str, function: FunctionSource, text: str) -> str:
     lines = source.splitlines(keepends=True)
     block = text if text.endswith("\n") else text + "\n"
     return "".join([*lines[: function.first - 1], block, *lines[function.last :]])
+
+
+def docstring_span(text: str) -> tuple[int, int] | None:
+    """Where the docstring of the function ``text`` defines (at any indentation) stands: its lines as
+    a 0-based ``[start, end)`` range of ``text.splitlines()``; None where it has none, or where the
+    docstring shares a line with other code (``def f(): "doc"``, ``"doc"; x = 1``)."""
+    parsed = _function(text)
+    if parsed is None:
+        return None
+    node, lines = parsed
+    first = node.body[0]
+    if not _is_docstring(first):
+        return None
+    start, end = first.lineno - 1, first.end_lineno or first.lineno
+    head = lines[start].encode()[: first.col_offset].decode(errors="replace")
+    tail = lines[end - 1].encode()[first.end_col_offset or 0 :].decode(errors="replace").strip()
+    if head.strip() or (tail and not tail.startswith("#")):
+        return None
+    return start, end
+
+
+def without_docstring(text: str) -> str:
+    """``text`` with its function's docstring lines left out (unchanged where :func:`docstring_span`
+    finds none, or where the docstring is the whole body)."""
+    span = docstring_span(text)
+    parsed = _function(text)
+    if span is None or parsed is None or len(parsed[0].body) < 2:
+        return text
+    lines = text.splitlines(keepends=True)
+    return "".join([*lines[: span[0]], *lines[span[1] :]])
+
+
+def keep_docstring(old: str, new: str) -> str | None:
+    """``new`` with ``old``'s docstring put back: where ``old`` is a function with a docstring on lines
+    of its own and ``new`` defines the function of that name (at its top level) with none, whose body
+    starts on a line of its own. The docstring goes before the body's first statement and the comments
+    right above it, re-indented to the body. None where there is nothing to keep or nowhere to put it."""
+    span, old_parsed, new_parsed = docstring_span(old), _function(old), _function(new, _name(old))
+    if span is None or old_parsed is None or new_parsed is None:
+        return None
+    node, new_lines = new_parsed
+    body = node.body[0]
+    if _is_docstring(body):
+        return None  # it has a docstring of its own
+    at = min([body.lineno, *(d.lineno for d in getattr(body, "decorator_list", []))]) - 1
+    if at <= node.lineno - 1 or new_lines[at][: body.col_offset].strip():
+        return None  # the body starts on the def line
+    while at - 1 > node.lineno - 1 and new_lines[at - 1].strip().startswith("#"):
+        at -= 1
+    original = new.splitlines(keepends=True)
+    old_lines = old.splitlines(keepends=True)
+    old_indent = _indent(old_lines[span[0]])
+    new_indent = _indent(original[min(body.lineno - 1, len(original) - 1)])
+    doc = [new_indent + line[len(old_indent) :] if line.startswith(old_indent) else line for line in old_lines[span[0] : span[1]]]
+    if doc and not doc[-1].endswith("\n"):
+        doc[-1] += "\n"
+    return "".join([*original[:at], *doc, *original[at:]])
+
+
+def _is_docstring(statement: ast.stmt) -> bool:
+    return (
+        isinstance(statement, ast.Expr)
+        and isinstance(statement.value, ast.Constant)
+        and isinstance(statement.value.value, str)
+    )
+
+
+def _indent(line: str) -> str:
+    return line[: len(line) - len(line.lstrip(" \t"))]
+
+
+def _name(text: str) -> str | None:
+    parsed = _function(text)
+    return parsed[0].name if parsed else None
+
+
+def _function(text: str, name: str | None = None) -> tuple[FunctionNode, list[str]] | None:
+    """The first top-level function of ``text`` (the one named ``name`` where given), parsed with the
+    first line's indentation taken off every line that has it, and those lines; None where ``text``
+    does not parse or holds no such function. Line numbers are ``text``'s own."""
+    lines = text.splitlines()
+    indent = _indent(next((line for line in lines if line.strip()), ""))
+    lines = [line[len(indent) :] if line.startswith(indent) else line for line in lines]
+    try:
+        tree = ast.parse("\n".join(lines))
+    except (SyntaxError, ValueError):
+        return None
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and name in (None, node.name):
+            return node, lines
+    return None

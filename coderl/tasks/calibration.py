@@ -3,8 +3,8 @@
 ``coderl tasks calibrate`` rolls every task out k times and records, per task, samples and passes; a
 file holds the estimates of one *setting* — the model and the rollout settings that change how often
 it succeeds — so a file never mixes two policies. Estimates live beside a task folder
-(``<suite>/calibration/<key>.json`` for ``native:DIR`` and the bundled suite) or, for sources that are
-files, in the user cache. The training curriculum (:mod:`coderl.train.curriculum`) reads them and
+(``<suite>/calibration/<key>.json`` for a writable ``native:DIR``) or, for the bundled suite (part of
+the package) and sources that are files, in the user cache. The training curriculum (:mod:`coderl.train.curriculum`) reads them and
 keeps them up to date from training rollouts.
 """
 
@@ -53,14 +53,11 @@ def setting_key(model: ModelConfig, rollout: RolloutConfig, policy: str = "") ->
 
 def calibration_dir(source: str) -> Path:
     """Where the estimates of a task source live: its suite folder when it has a writable one, else
-    the user cache."""
+    the user cache. The bundled suite's go to the cache: its folder is part of the package (in an
+    editable install, the source tree)."""
     kind, _, rest = source.partition(":")
     folder: Path | None = None
-    if kind == "bundled":
-        from coderl.tasks.native import BUNDLED_ROOT
-
-        folder = BUNDLED_ROOT
-    elif kind == "native":
+    if kind == "native":
         folder = Path(rest.partition("?")[0])
     elif Path(source).is_dir():
         folder = Path(source)

@@ -17,7 +17,8 @@ Two sources, both token-exact:
 Three tool sets of the ``swe`` loop are written: a bash response prefix (``grep``, ``cat -n | sed -n``,
 ``sed -i``, one-line fixes), its symbol tools (``show_function`` of the function the issue calls, then
 ``replace_function`` with that function's fixed source, then ``submit``: any fix inside that function,
-however many lines), and its editor tools (``search``, ``view``, ``str_replace``, ``submit``). Calls are
+however many lines, written without its docstring where the fix leaves that as it was: the tool keeps
+it, and the model need not copy it back), and its editor tools (``search``, ``view``, ``str_replace``, ``submit``). Calls are
 written in the chat format's tool-call form (Hermes JSON, or Qwen3-Coder's XML with raw values).
 """
 
@@ -241,7 +242,12 @@ def _symbol_plan(task: Task, rollout: RolloutConfig, tool_format: str) -> list[s
         return NOT_ONE_LINE
     if len(after) != 1:
         return NOT_ONE_LINE
-    text = after[0].text(found.fixed).rstrip("\n")
+    text = after[0].text(found.fixed)
+    if symbols.docstring_span(text) is not None and symbols.keep_docstring(
+        found.function.text(found.buggy), symbols.without_docstring(text)
+    ) == text:  # the fix leaves the docstring as it was: replace_function keeps it
+        text = symbols.without_docstring(text)
+    text = text.rstrip("\n")
     rewrite = ("replace_function", {"path": found.path, "name": found.bare, "text": text})
     return _planned([("show_function", {"name": found.bare}), rewrite], rollout, tool_format)
 
