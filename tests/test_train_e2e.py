@@ -240,6 +240,7 @@ def test_warm_start_then_rl(tmp_path: Path, tiny_model: Path) -> None:
     )  # fmt: skip
     rows = checkpoints.read_metrics(run / "metrics.jsonl")
     assert [(r["step"], r.get("phase")) for r in rows] == [(0, "start"), (0, "sft"), (0, "calibrate"), (1, None)]
+    assert 0 < rows[0]["setup_s"] < 600 and re.search(r"phases \(minutes\): set-up [\d.]+ \| start validation", " ".join(out.split()))
     said = re.search(r"train\.run_minutes=0\.001: ([\d.]+) min spent, the final validation ~([\d.]+) min: the RL steps get no time", " ".join(out.split()))
     assert said and float(said[1]) > 0.001 and float(said[2]) == round(rows[1]["validation_s"] / 60, 1), out
     # train.calibrate_from=demonstrated: at most the 2 asked for, of the tasks the warm start imitated
@@ -317,7 +318,7 @@ def test_async_training_never_trains_a_sample_older_than_max_staleness(tmp_path:
             "rollout.max_tokens=16", "rollout.max_turns=2", "train.steps=5", "train.mode=async",
             "train.max_staleness=1", f"run.dir={run}", f"model.path={tiny_model}",
             "train.rl_minutes=1e-6",  # the budget ends the run at step 2 (step 1 alone is no mean)
-            "train.min_steps=1",  # the packaged recipe's 4 would outlast it
+            "train.min_steps=1",  # the packaged recipe's 2 would outlast it
             "algo.mask_exits=[]",  # the tiny model's samples end at a limit: trained all the same
         )
     )  # fmt: skip

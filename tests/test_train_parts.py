@@ -394,7 +394,7 @@ def test_phase_minutes_by_hand() -> None:
     from coderl.train.metrics import phase_minutes
 
     rows = [
-        {"step": 0, "phase": "start", "val_s": 60.0, "val_sampled_s": 120.0},
+        {"step": 0, "phase": "start", "setup_s": 90.0, "val_s": 60.0, "val_sampled_s": 120.0},
         # a point whose sets rolled out at once: its wall clock, not the sum of the overlapping sets'
         {"step": 0, "phase": "sft", "sft_s": 600.0, "val_s": 30.0, "val_sampled_s": 120.0, "validation_s": 120.0},
         {"step": 0, "phase": "calibrate", "calibrate_s": 120.0},
@@ -402,7 +402,7 @@ def test_phase_minutes_by_hand() -> None:
         {"step": 2, "pass_rate": 0.0, "samples": 16, "step_s": 240.0, "stage_s": {"validate": 180.0}},
     ]
     assert phase_minutes(rows) == [
-        ("start validation", 3.0), ("warm start", 8.0), ("validation after it", 2.0), ("calibration", 2.0),
+        ("set-up", 1.5), ("start validation", 3.0), ("warm start", 8.0), ("validation after it", 2.0), ("calibration", 2.0),
         ("RL (2 steps, 32 samples)", 2.0), ("validation during and after RL", 3.0),
     ]  # fmt: skip
 
@@ -495,12 +495,12 @@ def test_the_run_budget_counts_from_the_process_start_and_the_phases_before_a_re
     age = process_seconds()
     assert 0 < age < time.monotonic() + 1  # this process began after the machine did
     rows = [
-        {"step": 0, "phase": "start", "validation_s": 60.0},
+        {"step": 0, "phase": "start", "validation_s": 60.0, "setup_s": 20.0},  # the earlier process's set-up
         {"step": 0, "phase": "sft", "sft_s": 400.0, "validation_s": 90.0},  # its validation is inside sft_s
         {"step": 0, "phase": "calibrate", "calibrate_s": 50.0},
         {"step": 1, "step_s": 30.0},
     ]
-    assert phase_seconds(rows) == 510.0 and last_validation_seconds(rows) == 90.0
+    assert phase_seconds(rows) == 530.0 and last_validation_seconds(rows) == 90.0
     assert last_validation_seconds([]) == 0.0
 
 

@@ -51,9 +51,13 @@ PHASE_SECONDS = {"start": "validation_s", "sft": "sft_s", "calibrate": "calibrat
 
 
 def phase_seconds(rows: Sequence[dict[str, Any]]) -> float:
-    """Seconds the phases before the RL steps took, from their metrics rows (a resumed run's earlier
-    process ran them)."""
-    return sum(float(r.get(PHASE_SECONDS[r["phase"]], 0.0)) for r in rows if r.get("phase") in PHASE_SECONDS)
+    """Seconds the phases before the RL steps took, its set-up included, from their metrics rows (a
+    resumed run's earlier process ran them)."""
+    return sum(
+        float(r.get(PHASE_SECONDS[r["phase"]], 0.0)) + float(r.get("setup_s", 0.0))
+        for r in rows
+        if r.get("phase") in PHASE_SECONDS
+    )
 
 
 def last_validation_seconds(rows: Sequence[dict[str, Any]]) -> float:

@@ -274,7 +274,8 @@ class Trainer:
                     "steps", total=cfg.train.steps, completed=self.start_step - 1, info="", start=False
                 )
                 if (self.val_tasks or self.val_also_tasks) and not any(r.get("step") == 0 for r in self.rows):
-                    start = {"step": 0, "phase": "start", "policy_version": self.version}
+                    # set-up: the process's start to here (imports, tasks, engine, actor, sandboxes)
+                    start = {"step": 0, "phase": "start", "policy_version": self.version, "setup_s": round(process_seconds(), 2)}
                     start.update(await (await self._validation(progress)).run(0))
                     self._record(start, sinks)
                 if cfg.sft.before_rl and not any(r.get("phase") == "sft" for r in self.rows):

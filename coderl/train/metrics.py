@@ -172,9 +172,9 @@ def phase_memory(rows: list[dict[str, Any]]) -> list[tuple[str, float]]:
 
 
 def phase_minutes(rows: list[dict[str, Any]]) -> list[tuple[str, float]]:
-    """Wall-clock minutes of each phase of a run, in order: the start validation, the warm start, the
-    validation after it, the calibration pass, the RL steps (validations inside them apart) and the
-    validations during and after RL."""
+    """Wall-clock minutes of each phase of a run, in order: the set-up (the process's start to the
+    start validation), the start validation, the warm start, the validation after it, the calibration
+    pass, the RL steps (validations inside them apart) and the validations during and after RL."""
 
     def validation(row: dict[str, Any]) -> float:
         if "validation_s" in row:  # the sets of one point roll out at once: its wall clock
@@ -185,6 +185,8 @@ def phase_minutes(rows: list[dict[str, Any]]) -> list[tuple[str, float]]:
     steps = [r for r in rows if "pass_rate" in r]
     for row in rows:
         if row.get("phase") == "start":
+            if "setup_s" in row:
+                phases.append(("set-up", float(row["setup_s"]) / 60))
             phases.append(("start validation", validation(row) / 60))
         elif row.get("phase") == "sft":
             phases.append(("warm start", (float(row.get("sft_s", 0.0)) - validation(row)) / 60))
