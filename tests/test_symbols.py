@@ -83,6 +83,8 @@ def test_a_function_written_without_its_docstring_keeps_it() -> None:
     kept = symbols.keep_docstring(METHOD, fixed)  # before the comments above the body: right after the def
     assert kept == METHOD.replace("return key\n", "return key + 1")
     assert symbols.keep_docstring(METHOD, bare) == METHOD
+    spaced = 'def f(x):\n    """Docs."""\n    # a note\n\n    # on the body\n    return x\n'  # right after the signature
+    assert symbols.keep_docstring(spaced, symbols.without_docstring(spaced)) == spaced
     # re-indented to the new body, a helper before it left alone; a docstring of its own wins
     assert symbols.keep_docstring(METHOD, "def helper():\n  pass\n\ndef get(self, key):\n  return 2\n") == (
         'def helper():\n  pass\n\ndef get(self, key):\n  """Get a key.\n\n  >>> Box().get(1)\n  1\n  """  # the docs\n'

@@ -118,8 +118,8 @@ def without_docstring(text: str) -> str:
 def keep_docstring(old: str, new: str) -> str | None:
     """``new`` with ``old``'s docstring put back: where ``old`` is a function with a docstring on lines
     of its own and ``new`` defines the function of that name (at its top level) with none, whose body
-    starts on a line of its own. The docstring goes before the body's first statement and the comments
-    right above it, re-indented to the body. None where there is nothing to keep or nowhere to put it."""
+    starts on a line of its own. The docstring goes right after the signature, above the comments and
+    blank lines before the body's first statement, re-indented to the body. None where there is nothing to keep or nowhere to put it."""
     span, old_parsed, new_parsed = docstring_span(old), _function(old), _function(new, _name(old))
     if span is None or old_parsed is None or new_parsed is None:
         return None
@@ -130,8 +130,8 @@ def keep_docstring(old: str, new: str) -> str | None:
     at = min([body.lineno, *(d.lineno for d in getattr(body, "decorator_list", []))]) - 1
     if at <= node.lineno - 1 or new_lines[at][: body.col_offset].strip():
         return None  # the body starts on the def line
-    while at - 1 > node.lineno - 1 and new_lines[at - 1].strip().startswith("#"):
-        at -= 1
+    while at - 1 > node.lineno - 1 and (not new_lines[at - 1].strip() or new_lines[at - 1].lstrip().startswith("#")):
+        at -= 1  # right after the signature: above the comments and blank lines there
     original = new.splitlines(keepends=True)
     old_lines = old.splitlines(keepends=True)
     old_indent = _indent(old_lines[span[0]])
