@@ -304,6 +304,7 @@ async def test_symbol_tools_show_and_replace_whole_functions(task: Task, tokeniz
         xml_call("replace_function", path="calc.py", name="div", text="x"),
         xml_call("replace_function", path="calc/py", name="add", text="x"),  # two files define add
         xml_call("replace_function", path="calc/py", name="div", text="x"),  # none does
+        xml_call("replace_function", path="calc.py", name="add", text="def add(a, b):\n    return a - b\n"),
         xml_call("replace_function", path="calc.py", name="add", text=fixed),
         # the one file that defines it; written without its docstring, mul keeps it
         xml_call("replace_function", path="calc/calc.py", name="mul", text="def mul(a, b):\n    return b * a"),
@@ -323,6 +324,7 @@ async def test_symbol_tools_show_and_replace_whole_functions(task: Task, tokeniz
     assert "0 functions named 'div' in calc.py." in text
     assert "Error: no file 'calc/py'; a function 'add' is defined in calc.py, other.py." in text  # where it is
     assert "Error: no file 'calc/py'." in text
+    assert "No change: the text is add as it stands in calc.py." in text
     assert "Replaced add in calc.py." in text
     assert "Replaced mul in calc.py (there is no file 'calc/calc.py'; its docstring kept)." in text
     assert "view needs end as a whole number, got 'z'" in text

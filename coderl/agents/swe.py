@@ -231,6 +231,8 @@ class SWELoop(ToolLoop):
             ast.parse(new)
         except SyntaxError as exc:
             return f"Error: with this text {path} would not parse ({exc.msg}, line {exc.lineno}); the file is unchanged."
+        if new == current:
+            return f"No change: the text is {found[0].qualname} as it stands in {path}."
         await self._write(path, new, current)
         notes = "; ".join(note for note in (moved, "its docstring kept" if kept else "") if note)
         return f"Replaced {found[0].qualname} in {path}" + (f" ({notes})." if notes else ".")
