@@ -435,7 +435,9 @@ def test_the_rl_budget_ends_on_the_step_whose_expected_end_passes_it() -> None:
     now[0] = 40.0
     budget.done({"step_s": 20.0, "stage_s": {}})
     assert budget.last(3)  # 40 + 20 = 60 s: step 3 would end at the budget, so it is the last
-    assert "RL stopped after step 3 of 10" in budget.stopped_line(3)
+    now[0] = 100.0
+    budget.done({"step_s": 60.0, "stage_s": {"validate": 40.0}})  # the last step, validated
+    assert "RL stopped after step 3 of 10 (1.0 min of RL steps, their validation apart)" in budget.stopped_line(3)
     unbounded = RLBudget(minutes=None, steps=2, clock=lambda: now[0])
     assert not unbounded.last(1) and unbounded.last(2)  # without a budget: train.steps alone
     with pytest.raises(ValidationError, match="rl_minutes"):

@@ -142,7 +142,7 @@ class RLBudget:
     def stopped_line(self, step: int) -> str:
         line = (
             f"{self.bound_name()}: RL stopped after step {step} of {self.steps} "
-            f"({self._spent() / 60:.1f} min of RL steps"
+            f"({self._step_s / 60:.1f} min of RL steps, their validation apart"
         )
         if self._by == "run" and self._taken:
             return f"{line}; another would not have ended inside the run's budget)"
