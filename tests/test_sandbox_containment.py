@@ -160,7 +160,11 @@ async def test_cannot_write_outside_the_workspace(sb: Sandbox) -> None:
 async def test_fork_bomb_is_contained(make_spec: Any) -> None:
     async with await create_sandbox(make_spec(max_processes=64)) as box:
         r = await box.exec("bomb() { bomb | bomb & }; bomb; sleep 2; echo survived", timeout=8)
-        assert r.timed_out or r.exit_code != 0 or "survived" in r.stdout
+        # docker: where the bomb fills the pid limit before the exec wrapper's output filter has forked
+        # its `head`, the command's output is lost and the wrapper reports 0 (a known gap, seen once in CI
+        # 2026-12-02): the refused forks are in its stderr, and the sandbox must still work below
+        lost = box.spec.backend == "docker" and "fork: retry" in r.stderr
+        assert r.timed_out or r.exit_code != 0 or "survived" in r.stdout or lost, r
         # the bomb's processes may take a moment to die (docker: the pid limit stays full until they
         # have), so the sandbox must work again within a few tries, not necessarily at once
         outputs = []
