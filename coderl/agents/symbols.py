@@ -90,9 +90,10 @@ def docstring_span(text: str) -> tuple[int, int] | None:
     a 0-based ``[start, end)`` range of ``text.splitlines()``; None where it has none, or where the
     docstring shares a line with other code (``def f(): "doc"``, ``"doc"; x = 1``)."""
     parsed = _function(text)
-    if parsed is None:
-        return None
-    node, lines = parsed
+    return _span(*parsed) if parsed is not None else None
+
+
+def _span(node: FunctionNode, lines: list[str]) -> tuple[int, int] | None:
     first = node.body[0]
     if not _is_docstring(first):
         return None
@@ -107,8 +108,8 @@ def docstring_span(text: str) -> tuple[int, int] | None:
 def without_docstring(text: str) -> str:
     """``text`` with its function's docstring lines left out (unchanged where :func:`docstring_span`
     finds none, or where the docstring is the whole body)."""
-    span = docstring_span(text)
     parsed = _function(text)
+    span = _span(*parsed) if parsed is not None else None
     if span is None or parsed is None or len(parsed[0].body) < 2:
         return text
     lines = text.splitlines(keepends=True)
@@ -120,8 +121,11 @@ def keep_docstring(old: str, new: str) -> str | None:
     of its own and ``new`` defines the function of that name (at its top level) with none, whose body
     starts on a line of its own. The docstring goes right after the signature, above the comments and
     blank lines before the body's first statement, re-indented to the body. None where there is nothing to keep or nowhere to put it."""
-    span, old_parsed, new_parsed = docstring_span(old), _function(old), _function(new, _name(old))
-    if span is None or old_parsed is None or new_parsed is None:
+    old_parsed = _function(old)
+    if old_parsed is None or (span := _span(*old_parsed)) is None:
+        return None
+    new_parsed = _function(new, old_parsed[0].name)
+    if new_parsed is None:
         return None
     node, new_lines = new_parsed
     body = node.body[0]
@@ -152,11 +156,6 @@ def _is_docstring(statement: ast.stmt) -> bool:
 
 def _indent(line: str) -> str:
     return line[: len(line) - len(line.lstrip(" \t"))]
-
-
-def _name(text: str) -> str | None:
-    parsed = _function(text)
-    return parsed[0].name if parsed else None
 
 
 def _function(text: str, name: str | None = None) -> tuple[FunctionNode, list[str]] | None:
